@@ -1,0 +1,130 @@
+"""ConfigSpace: AutoTVM's split enumeration and index order, filters, constraints, files."""
+import json
+
+import numpy as np
+import pytest
+
+from tvm_ext.errors import SpaceError
+from tvm_ext.space import (AnnotateSpace, ConfigEntity, ConfigSpace, ReorderSpace, SplitEntity,
+                           SplitSpace, build_space, eval_expr, get_factors, load_space_spec)
+
+
+def test_factors_and_split_enumeration_match_autotvm():
+    assert get_factors(12) == [1, 2, 3, 4, 6, 12]
+    s = SplitSpace("t", 8, num_outputs=2)
+    assert [e.size for e in s.entities] == [[-1, 1], [-1, 2], [-1, 4], [-1, 8]]
+    # 3-way: AutoTVM's DFS puts the first chosen factor innermost and varies the last fastest.
+    s3 = SplitSpace("t", 4, num_outputs=3)
+    assert [e.size for e in s3.entities] == [
+        [-1, 1, 1], [-1, 2, 1], [-1, 4, 1], [-1, 1, 2], [-1, 2, 2], [-1, 1, 4]]
+
+
+def test_split_policies():
+    assert len(SplitSpace("t", 12, policy="power2")) == 4  # 1,2,4,8 (tails allowed)
+    verbose = {tuple(e.size) for e in SplitSpace("t", 12, policy="verbose").entities}
+    assert (-1, 8) in verbose and (-1, 6) in verbose
+    assert [e.size for e in SplitSpace("t", 64, max_factor=4).entities] == \
+        [[-1, 1], [-1, 2], [-1, 4]]
+    cand = SplitSpace("t", 64, policy="candidate", num_outputs=2, candidate=[[4, 16], [8, 8]])
+    assert [e.size for e in cand.entities] == [[4, 16], [8, 8]]
+    filt = SplitSpace("t", 64, filter=lambda e: e.size[-1] >= 16)
+    assert [e.size[-1] for e in filt.entities] == [16, 32, 64]
+    with pytest.raises(SpaceError, match="unknown policy"):
+        SplitSpace("t", 8, policy="bogus")
+
+
+def test_mixed_radix_index_first_knob_least_significant():
+    cs = ConfigSpace()
+    cs.define_split("a", 8)          # 4 entities
+    cs.define_knob("b", [0, 16, 64])  # 3
+    cs.define_reorder("c", 2, "all")  # 2
+    assert len(cs) == 24
+    for idx in range(len(cs)):
+        cfg = cs.get(idx)
+        assert cs.index_of(cfg) == idx
+        assert cs.index_from_digits(cs.knob_values(idx)) == idx
+    cfg = cs.get(1 + 4 * 2 + 12 * 1)
+    assert cfg["a"].size == [-1, 2] and cfg["b"].val == 64 and cfg["c"].perm == [1, 0]
+
+
+def test_reorder_and_annotate_policies():
+    assert len(ReorderSpace("r", 3, "all")) == 6
+    assert [e.perm for e in ReorderSpace("r", 4, "interval_all", interval=(1, 3))] == \
+        [[0, 1, 2, 3], [0, 2, 1, 3]]
+    ann = AnnotateSpace("a", 2, "try_unroll_vec")
+    assert all(e.anns.count("vec") <= 1 for e in ann.entities)
+    assert len(ann) == 8  # 9 combinations minus vec+vec
+
+
+def test_constraints_prune_and_name_facts():
+    cs = ConfigSpace({"vector_lanes": 8})
+    cs.define_split("x", 64)
+    cs.define_split("y", 16)
+    cs.add_constraint("x[-1] * y[-1] <= 4 * vector_lanes", "register tile")
+    valid = list(cs.valid_indices())
+    assert valid and len(valid) < len(cs)
+    for i in valid:
+        c = cs.get(i)
+        assert c["x"].size[-1] * c["y"].size[-1] <= 32
+    bad = next(i for i in range(len(cs)) if i not in valid)
+    assert cs.violations(cs.get(bad)) == ["register tile"]
+
+
+def test_expressions_are_sandboxed():
+    assert eval_expr("ceildiv(a, 16) + max(b) ", {"a": 17, "b": [1, 5]}) == 7
+    with pytest.raises(SpaceError, match="unsupported syntax"):
+        eval_expr("__import__('os').system('true')", {})
+    with pytest.raises(SpaceError, match="unknown name"):
+        eval_expr("foo + 1", {})
+
+
+def test_features_and_json_roundtrip():
+    cs = ConfigSpace()
+    cs.define_split("a", 32, num_outputs=3)
+    cs.define_knob("u", [0, 512])
+    cs.define_annotate("an", 2, "try_unroll")
+    cfg = cs.get(len(cs) - 1)
+    fea = cs.features(cfg)
+    assert fea.dtype == np.float32 and fea[:3].prod() == 32  # resolved split sizes
+    back = ConfigEntity.from_json_dict(json.loads(json.dumps(cfg.to_json_dict())))
+    assert back == cfg and cs.index_of(back) == cfg.index
+
+
+def test_shipped_space_files_build():
+    spec = load_space_spec("batch_matmul.x86")
+    facts = {"vector_lanes": 16, "vector_registers": 32, "num_cores": 2}
+    space = build_space(spec, {"B": 4, "M": 256, "N": 256, "K": 256}, facts)
+    assert list(space.knobs) == ["tile_y", "tile_x", "tile_k"]
+    assert 32 <= sum(1 for _ in space.valid_indices()) < len(space)
+
+
+def test_user_space_file_narrows(tmp_path):
+    spec = load_space_spec("batch_matmul.x86")
+    spec["knobs"][2]["max_factor"] = 2
+    path = tmp_path / "narrow.json"
+    path.write_text(json.dumps(spec))
+    facts = {"vector_lanes": 16, "vector_registers": 32}
+    wide = build_space(load_space_spec("batch_matmul.x86"), {"B": 1, "M": 64, "N": 64, "K": 64},
+                       facts)
+    narrow = build_space(load_space_spec("batch_matmul.x86", str(path)),
+                         {"B": 1, "M": 64, "N": 64, "K": 64}, facts)
+    assert len(narrow.knobs["tile_k"]) == 2 < len(wide.knobs["tile_k"])
+
+
+def test_bad_space_files(tmp_path):
+    with pytest.raises(SpaceError, match="cannot read space file"):
+        load_space_spec("batch_matmul.x86", str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpaceError, match="not valid JSON"):
+        load_space_spec("batch_matmul.x86", str(bad))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"template": "dense_pack.x86", "knobs": []}))
+    with pytest.raises(SpaceError, match="is for template"):
+        load_space_spec("batch_matmul.x86", str(other))
+    with pytest.raises(SpaceError, match="names axis"):
+        build_space({"knobs": [{"name": "t", "kind": "split", "axis": "Q"}]}, {"M": 4})
+
+
+def test_split_entity_resolves_inferred_outer():
+    assert SplitEntity([-1, 4, 8]).resolved(100) == [4, 4, 8]

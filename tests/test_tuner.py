@@ -1,0 +1,81 @@
+"""Tuner contract: valid, unvisited proposals; budget; determinism; small spaces."""
+import pytest
+
+from tvm_ext.measure import MeasureResult
+from tvm_ext.space import ConfigSpace
+from tvm_ext.tuner import TUNERS, make_tuner, tune
+
+
+def _space():
+    cs = ConfigSpace()
+    cs.define_split("x", 64)
+    cs.define_split("y", 32, num_outputs=3)
+    cs.define_knob("u", [0, 16, 64])
+    cs.add_constraint("x[-1] * y[-1] <= 64")
+    return cs
+
+
+class _Task:
+    """A stand-in task: cost is a known function of the config (a dummy runner)."""
+    flop = 1e9
+
+    def __init__(self, space):
+        self.space = space
+
+    def config(self, i):
+        return self.space.get(i)
+
+
+class _DummyMeasurer:
+    def __init__(self):
+        self.seen = []
+
+    def measure(self, task, configs):
+        out = []
+        for c in configs:
+            self.seen.append(c.index)
+            y = c["y"].size[-1] if "y" in c else 1
+            out.append(MeasureResult([1.0 / (c["x"].size[-1] * y + c["u"].val)]))
+        return out
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_contract(name):
+    space = _space()
+    valid = set(space.valid_indices())
+    m = _DummyMeasurer()
+    s = tune(_Task(space), make_tuner(name, space, seed=3), m, n_trial=40, batch_size=7)
+    assert s.trials == len(m.seen) == 40
+    assert len(set(m.seen)) == 40 and set(m.seen) <= valid
+    assert s.best_config is not None and s.history == sorted(s.history)
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_deterministic_and_exhausts_small_space(name):
+    space = ConfigSpace()
+    space.define_split("x", 16)
+    space.define_knob("u", [1, 2])
+    runs = []
+    for _ in range(2):
+        m = _DummyMeasurer()
+        s = tune(_Task(space), make_tuner(name, space, seed=7), m, n_trial=100)
+        runs.append(m.seen)
+    assert runs[0] == runs[1]
+    assert s.trials == len(space) == 10 and sorted(runs[0]) == list(range(10))
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_history_is_never_proposed(name):
+    space = _space()
+    valid = list(space.valid_indices())
+    tuner = make_tuner(name, space, seed=1)
+    tuner.load_history(valid[:20], [1.0] * 20)
+    proposed = tuner.ask(len(valid))
+    assert not set(proposed) & set(valid[:20])
+    assert sorted(proposed) == valid[20:]
+
+
+def test_unknown_tuner():
+    from tvm_ext.errors import TvmExtError
+    with pytest.raises(TvmExtError, match="unknown tuner"):
+        make_tuner("annealing", _space())

@@ -1,0 +1,100 @@
+"""CPU templates: numerics for every layout over sampled configs; apply at build time."""
+import numpy as np
+import pytest
+
+import tvm_ext
+from tvm_ext import record
+from tvm_ext.measure import LocalMeasurer, MeasureErrorNo
+from tvm_ext.task import Task, reference_matmul, tolerance
+from tvm_ext.workload import Workload
+
+CASES = [("batch_matmul", (2, 48, 64, 40)), ("dense", (24, 96, 56))]
+
+
+@pytest.mark.parametrize("op,shape", CASES)
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_numerics_sampled_configs(op, shape, layout):
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, "llvm")
+    rng = np.random.default_rng(0)
+    valid = list(task.space.valid_indices())
+    picks = [task.fallback_config()] + [task.config(int(i)) for i in
+                                        rng.choice(valid, size=min(3, len(valid)),
+                                                   replace=False)]
+    a, b = task.random_inputs(rng)
+    ref = reference_matmul(wl, a, b)
+    for cfg in picks:
+        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
+                                task.build(cfg))
+        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))
+
+
+def test_float64_and_measure_checks_answer():
+    wl = Workload.create("batch_matmul", (1, 32, 32, 32), "float64")
+    task = Task(wl, "llvm")
+    res = LocalMeasurer(number=1, repeat=1, min_repeat_ms=0).measure_one(task,
+                                                                         task.fallback_config())
+    assert res.ok and res.costs[0] > 0
+
+
+def test_wrong_answer_is_detected(monkeypatch):
+    wl = Workload.create("batch_matmul", (1, 16, 32, 16))
+    task = Task(wl, "llvm")
+    monkeypatch.setattr(task, "reference", lambda a, b: reference_matmul(wl, a, b) + 1.0)
+    res = LocalMeasurer(number=1, repeat=1).measure_one(task, task.fallback_config())
+    assert res.error_no == MeasureErrorNo.WRONG_ANSWER
+
+
+def test_instantiation_error_is_a_result():
+    wl = Workload.create("batch_matmul", (1, 16, 32, 16))
+    task = Task(wl, "llvm")
+    # a pack width that does not divide N=32 cannot be scheduled
+    cfg = task.space.config_from_values({"tile_y": [-1, 4], "tile_x": [-1, 24],
+                                         "tile_k": [-1, 4]})
+    res = LocalMeasurer().measure_one(task, cfg)
+    assert res.error_no == MeasureErrorNo.INSTANTIATION_ERROR
+    assert "pack width 24 does not divide N=32" in res.error_msg
+
+
+def test_apply_history_best_uses_tuned_config_and_reports(tmp_path):
+    wl = Workload.create("batch_matmul", (2, 32, 64, 32))
+    other = Workload.create("dense", (16, 32, 16))
+    task = Task(wl, "llvm")
+    cfg = task.space.config_from_values({"tile_y": [-1, 2], "tile_x": [-1, 32],
+                                         "tile_k": [-1, 2]}, fallback=False)
+    res = LocalMeasurer(number=1, repeat=1).measure_one(task, cfg)
+    log = tmp_path / "log.json"
+    record.append(log, [record.encode(task.target_str, task.name, wl, cfg, res)])
+    with tvm_ext.apply_history_best(str(log)) as ctx:
+        k1 = tvm_ext.build(wl, "llvm")
+        k2 = tvm_ext.build(other, "llvm")
+    assert k1.choice.tuned and k1.choice.config == cfg
+    assert not k2.choice.tuned
+    assert [c.tuned for c in ctx.report.choices] == [True, False]
+    assert "1 of 2 kernels used a tuned config" in ctx.report.summary()
+    rng = np.random.default_rng(1)
+    a, b = task.random_inputs(rng)
+    np.testing.assert_allclose(k1.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
+
+
+def test_old_autotvm_log_applies_by_knob_name():
+    import os
+    log = os.path.join(os.path.dirname(__file__), "data", "autotvm_v019_x86.json")
+    wl = Workload.create("batch_matmul", (4, 64, 48, 32))
+    dense = Workload.create("dense", (16, 64, 32))
+    with tvm_ext.apply_history_best(log) as ctx:
+        k = tvm_ext.build(wl, "llvm")
+        kd = tvm_ext.build(dense, "llvm")
+    assert k.choice.tuned and k.choice.config["tile_y"].size[-1] == 4
+    assert kd.choice.tuned and kd.choice.config["tile_inner"].size[-1] == 4
+    rng = np.random.default_rng(2)
+    for kern, w in ((k, wl), (kd, dense)):
+        a, b = kern.task.random_inputs(rng)
+        np.testing.assert_allclose(kern.run(a, b), reference_matmul(w, a, b), *tolerance(w))
+    assert len(ctx.report.tuned) == 2
+
+
+def test_unsupported_dtype_on_cpu():
+    from tvm_ext.errors import TemplateError
+    with pytest.raises(TemplateError, match="dtype float16"):
+        Task(Workload.create("batch_matmul", (1, 16, 16, 16), "float16"), "llvm")

@@ -1,0 +1,43 @@
+"""tvm_ext: template-based auto-tuning for Apache TVM 0.27 (batch_matmul, dense).
+
+    import tvm_ext
+    wl = tvm_ext.Workload.create("batch_matmul", (4, 256, 256, 256))
+    with tvm_ext.apply_history_best("tvm_ext_logs/batch_matmul.llvm.json") as ctx:
+        kernel = tvm_ext.build(wl, "llvm")
+    print(ctx.report)
+
+Heavy parts (TVM itself, tuners, measurement) are imported on first use.
+"""
+from .errors import LogError, SpaceError, TemplateError, TvmExtError, WorkloadError
+from .space import ConfigEntity, ConfigSpace
+from .workload import Workload
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "apply_history_best": ("dispatch", "apply_history_best"),
+    "ApplyHistoryBest": ("dispatch", "ApplyHistoryBest"),
+    "build": ("dispatch", "build"),
+    "Kernel": ("dispatch", "Kernel"),
+    "Task": ("task", "Task"),
+    "load_records": ("record", "load"),
+    "pick_best": ("record", "pick_best"),
+    "merge_logs": ("record", "merge"),
+    "tune": ("tuner", "tune"),
+    "make_tuner": ("tuner", "make_tuner"),
+    "LocalMeasurer": ("measure", "LocalMeasurer"),
+    "parse_target": ("target", "parse_target"),
+    "templates_for": ("template", "templates_for"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
+    raise AttributeError(f"module 'tvm_ext' has no attribute '{name}'")
+
+
+__all__ = ["ConfigEntity", "ConfigSpace", "LogError", "SpaceError", "TemplateError",
+           "TvmExtError", "Workload", "WorkloadError", "__version__", *_LAZY]

@@ -1,0 +1,181 @@
+"""Apply tuned logs at build time.
+
+    with tvm_ext.apply_history_best("bmm.json") as ctx:
+        kernel = tvm_ext.build(workload, target)      # tuned config if the log has one
+    print(ctx.report())                               # which workloads were tuned / fell back
+
+The context is a ``contextvars`` stack (no module-global state): nested contexts see the
+innermost one, and threads/async tasks do not leak into each other. On exit one summary line is
+logged (``tvm_ext`` logger), not a warning per kernel.
+"""
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from . import record as rec
+from .space import ConfigEntity
+from .target import parse_target
+from .task import Task
+from .template import templates_for
+from .workload import Workload
+
+logger = logging.getLogger("tvm_ext")
+_CURRENT: contextvars.ContextVar = contextvars.ContextVar("tvm_ext_apply", default=None)
+
+
+@dataclass
+class Choice:
+    """What ``build`` used for one workload."""
+
+    workload: Workload
+    template: str
+    config: ConfigEntity
+    tuned: bool
+    record_cost: Optional[float] = None  # seconds, from the log
+
+
+@dataclass
+class ApplyReport:
+    choices: List[Choice] = field(default_factory=list)
+
+    @property
+    def tuned(self) -> List[Choice]:
+        return [c for c in self.choices if c.tuned]
+
+    @property
+    def fallback(self) -> List[Choice]:
+        return [c for c in self.choices if not c.tuned]
+
+    def summary(self) -> str:
+        return (f"tvm_ext: {len(self.tuned)} of {len(self.choices)} kernels used a tuned config, "
+                f"{len(self.fallback)} fell back")
+
+    def __str__(self):
+        lines = [self.summary()]
+        for c in self.choices:
+            how = f"tuned ({c.record_cost * 1e3:.4f} ms in log)" if c.tuned else "fallback"
+            lines.append(f"  {c.workload}: {c.template} {how}")
+        return "\n".join(lines)
+
+
+class ApplyHistoryBest:
+    """Best records of one or more logs (paths or Record lists), by workload and target."""
+
+    def __init__(self, logs: Union[str, os.PathLike, Sequence, None] = None):
+        self.records: List[rec.Record] = []
+        if logs is None:
+            logs = []
+        elif isinstance(logs, (str, os.PathLike)):
+            logs = [logs]
+        for item in logs:
+            if isinstance(item, rec.Record):
+                self.records.append(item)
+            else:
+                self.records.extend(rec.load(item))
+        self.report = ApplyReport()
+        self._token = None
+
+    def query(self, workload: Workload, target) -> Optional[rec.Record]:
+        """The fastest valid record for this workload whose target applies."""
+        return rec.best_for(self.records, workload, target)
+
+    def __enter__(self):
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, *exc):
+        _CURRENT.reset(self._token)
+        if self.report.choices:
+            logger.info(self.report.summary())
+
+
+def apply_history_best(logs) -> ApplyHistoryBest:
+    return ApplyHistoryBest(logs)
+
+
+def current() -> Optional[ApplyHistoryBest]:
+    return _CURRENT.get()
+
+
+class Kernel:
+    """A compiled kernel and how it was chosen. ``kernel(a, b, c)`` runs it on TVM tensors;
+    ``kernel.run(a_np, b_np)`` takes and returns numpy arrays."""
+
+    def __init__(self, task: Task, choice: Choice, executable):
+        self.task, self.choice, self.executable = task, choice, executable
+
+    @property
+    def module(self):
+        return self.executable.mod
+
+    @property
+    def device(self):
+        import tvm  # noqa: PLC0415
+        return tvm.cuda(0) if self.task.target.kind.name == "cuda" else tvm.cpu(0)
+
+    def __call__(self, *tensors):
+        self.module["main"](*tensors)
+
+    def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        import tvm  # noqa: PLC0415
+        dev = self.device
+        wl = self.task.workload
+        out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
+        self(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), out)
+        return out.numpy()
+
+    def time(self, a: np.ndarray, b: np.ndarray, *, number=10, repeat=5) -> float:
+        """Median seconds per run."""
+        import tvm  # noqa: PLC0415
+        dev = self.device
+        wl = self.task.workload
+        args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
+                tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev))
+        timer = self.module.time_evaluator("main", dev, number=number, repeat=repeat)
+        return float(np.median(timer(*args).results))
+
+
+def choose(workload: Workload, target) -> tuple:
+    """(Task, Choice) for a workload: the best applicable record of the current context,
+    else the fallback config of the highest-priority template."""
+    target = parse_target(target)
+    ctx = current()
+    best = ctx.query(workload, target) if ctx is not None else None
+    if best is not None:
+        task = Task(workload, target, template=best.task_name)
+        config = _as_space_config(task, best.config)
+        choice = Choice(workload, task.name, config, True, best.result.mean)
+    else:
+        task = Task(workload, target, template=templates_for(workload, target)[0].name)
+        choice = Choice(workload, task.name, task.fallback_config(), False)
+    if ctx is not None:
+        ctx.report.choices.append(choice)
+    return task, choice
+
+
+def _as_space_config(task: Task, config: ConfigEntity) -> ConfigEntity:
+    """A record's config, applied by knob name. Knobs the record lacks (a space widened since)
+    take the fallback's value; knobs the template no longer has are ignored."""
+    fallback = task.fallback_config()
+    merged = {}
+    for name in task.space.knobs:
+        merged[name] = config[name] if name in config else fallback[name]
+    cfg = ConfigEntity(None, merged, config.code_hash)
+    cfg.index = task.space.index_of(cfg)
+    return cfg
+
+
+def build(workload: Workload, target=None) -> Kernel:
+    """Compile a workload with its best known config (see ``apply_history_best``)."""
+    task, choice = choose(workload, target)
+    return Kernel(task, choice, task.build(choice.config))
+
+
+__all__ = ["ApplyHistoryBest", "ApplyReport", "Choice", "Kernel", "apply_history_best", "build",
+           "choose", "current"]

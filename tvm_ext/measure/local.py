@@ -1,0 +1,101 @@
+"""In-process measurement on the local device: build, check against numpy, time.
+
+Enough for the CPU. A GPU kernel that faults takes its process down with it; measuring in
+isolated worker processes is the job of the pool runner (``tvm_ext.measure.pool``)."""
+from __future__ import annotations
+
+import time
+from typing import List, Sequence
+
+import numpy as np
+
+from ..task import InstantiationError, Task, tolerance
+from .result import MeasureErrorNo, MeasureResult
+
+
+def device_for(target):
+    import tvm  # noqa: PLC0415
+    kind = target.kind.name
+    return tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
+
+
+class LocalMeasurer:
+    """Measure configs one after the other in this process.
+
+    ``number`` runs are timed together and averaged; that is repeated ``repeat`` times (each
+    repeat is one cost in the record). ``min_repeat_ms`` raises ``number`` until one repeat
+    lasts that long. ``check`` compares the output with a float64 numpy reference once per
+    config (a mismatch is WRONG_ANSWER).
+    """
+
+    def __init__(self, *, number: int = 3, repeat: int = 3, min_repeat_ms: int = 50,
+                 check: bool = True, seed: int = 0):
+        self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
+        self.check = check
+        self.seed = seed
+        self._cache = {}
+
+    def _buffers(self, task: Task, dev):
+        import tvm  # noqa: PLC0415
+        key = (task.workload.key(), str(dev))
+        if key not in self._cache:
+            rng = np.random.default_rng(self.seed)
+            a, b = task.random_inputs(rng)
+            ref = task.reference(a, b) if self.check else None
+            self._cache = {key: (a, b, ref, tvm.runtime.tensor(a, dev),
+                                 tvm.runtime.tensor(b, dev))}
+        return self._cache[key]
+
+    def measure(self, task: Task, configs: Sequence) -> List[MeasureResult]:
+        return [self.measure_one(task, c) for c in configs]
+
+    def measure_one(self, task: Task, config) -> MeasureResult:
+        import tvm  # noqa: PLC0415
+        t0 = time.time()
+        try:
+            mod = task.instantiate(config)
+        except InstantiationError as err:
+            return MeasureResult.error(MeasureErrorNo.INSTANTIATION_ERROR, str(err),
+                                       time.time() - t0)
+        try:
+            ex = tvm.compile(mod, target=task.target)
+        except Exception as err:  # noqa: BLE001  (any compiler failure is a record)
+            return MeasureResult.error(MeasureErrorNo.COMPILE_HOST, _last_line(err),
+                                       time.time() - t0)
+        return self.run(task, ex, t0)
+
+    def run(self, task: Task, ex, t0: float) -> MeasureResult:
+        import tvm  # noqa: PLC0415
+        dev = device_for(task.target)
+        wl = task.workload
+        try:
+            a, b, ref, ta, tb = self._buffers(task, dev)
+            out = np.full(wl.out_shape, np.nan if wl.out_dtype.startswith(("float", "bf"))
+                          else -7, dtype=wl.out_dtype)
+            tc = tvm.runtime.tensor(out, dev)
+            func = ex.mod["main"] if hasattr(ex, "mod") else ex["main"]
+            func(ta, tb, tc)
+            dev.sync()
+            if ref is not None:
+                rtol, atol = tolerance(wl)
+                got = tc.numpy().astype(ref.dtype)
+                if not np.allclose(got, ref, rtol=rtol, atol=atol):
+                    bad = np.abs(got - ref)
+                    return MeasureResult.error(
+                        MeasureErrorNo.WRONG_ANSWER,
+                        f"max abs error {np.nanmax(bad) if np.isfinite(bad).any() else 'nan'}"
+                        f" over {np.count_nonzero(~np.isclose(got, ref, rtol, atol))} elements",
+                        time.time() - t0)
+            mod = ex.mod if hasattr(ex, "mod") else ex
+            timer = mod.time_evaluator("main", dev, number=self.number, repeat=self.repeat,
+                                       min_repeat_ms=self.min_repeat_ms)
+            costs = list(timer(ta, tb, tc).results)
+        except Exception as err:  # noqa: BLE001
+            return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, _last_line(err),
+                                       time.time() - t0)
+        return MeasureResult(costs, 0, time.time() - t0, time.time())
+
+
+def _last_line(err: BaseException) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else repr(err)

@@ -1,0 +1,46 @@
+"""Measurement results and AutoTVM's error numbers."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import List
+
+
+class MeasureErrorNo(IntEnum):
+    NO_ERROR = 0
+    INSTANTIATION_ERROR = 1
+    COMPILE_HOST = 2
+    COMPILE_DEVICE = 3
+    RUNTIME_DEVICE = 4
+    WRONG_ANSWER = 5
+    BUILD_TIMEOUT = 6
+    RUN_TIMEOUT = 7
+    UNKNOWN_ERROR = 8
+
+
+@dataclass
+class MeasureResult:
+    """``costs`` are seconds per run (one entry per repeat); on error, AutoTVM wrote the error
+    message in place of the costs, we keep ``costs`` numeric and the message in ``error_msg``."""
+
+    costs: List[float]
+    error_no: int = 0
+    all_cost: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+    error_msg: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_no == MeasureErrorNo.NO_ERROR and bool(self.costs)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.ok else float("inf")
+
+    def gflops(self, flop: float) -> float:
+        return flop / self.mean / 1e9 if self.ok else 0.0
+
+    @staticmethod
+    def error(error_no: int, msg: str, all_cost: float = 0.0) -> "MeasureResult":
+        return MeasureResult([], int(error_no), all_cost, time.time(), msg[:500])

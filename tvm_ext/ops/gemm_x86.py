@@ -1,0 +1,121 @@
+"""The CPU GEMM kernel shared by ``batch_matmul.x86`` and ``dense_pack.x86``.
+
+Strategy (the one BLAS libraries use, written as a TensorIR schedule):
+
+1. **Pack B** into panels ``B_packed[b, n // xi, k, n % xi]`` so that the micro-kernel reads xi
+   consecutive floats of B per k whatever the layout of B (for NT the raw B is K-contiguous and
+   would need a gather per element). The panel of one parallel task is packed inside that task
+   (``compute_at``), so it stays in L2 and TIR allocates only that panel.
+2. **Register micro-kernel**: a ``yi x xi`` tile of C accumulates in registers over the whole
+   reduction (``cache_write`` to "local", which LLVM promotes to vector registers); ``xi`` is
+   vectorised (a multiple of the vector width), the ``yi`` rows and ``ki`` steps of k are
+   unrolled, so each k step is one broadcast of A per row and xi/lanes FMAs per row.
+3. **Parallel** over (batch, N tiles, M tiles): one fused loop, as TOPI's x86 templates do.
+
+Knobs (meanings of TVM <= 0.19's x86 templates, so old logs replay):
+``tile_y = [yt, yo, yi]`` rows: parallel tiles, micro-tiles per task, rows in registers;
+``tile_x = [xt, xo, xi]`` columns likewise, xi = vector/pack width;
+``tile_k = [ko, ki]`` reduction, ki unrolled; ``tile_inner = [., r]`` rows of the register tile
+updated per k step (r < yi trades register pressure for reloads of B).
+batch_matmul.x86's 2-way ``tile_y = [yo, yi]`` and ``tile_x = [xo, xi]`` are the same with
+yt = 1, xo = 1.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+
+def packed_gemm_compute(wl, xi: int):
+    """TE tensors [A, B, C] of the workload, with B packed into xi-wide panels."""
+    from tvm import te  # noqa: PLC0415
+
+    if wl.N % xi:
+        raise ValueError(f"pack width {xi} does not divide N={wl.N}")
+    batched = wl.op != "dense"
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    lead = (lambda b: (b,)) if batched else (lambda b: ())
+
+    def a_at(b, m, k):
+        return A[lead(b) + ((k, m) if wl.transpose_a else (m, k))]
+
+    def b_at(b, n, k):
+        return B[lead(b) + ((n, k) if wl.transpose_b else (k, n))]
+
+    nb = wl.batch if batched else 1
+    P = te.compute((nb, wl.N // xi, wl.K, xi),
+                   lambda b, z, k, x: b_at(b, z * xi + x, k), name="B_packed")
+    k = te.reduce_axis((0, wl.K), name="k")
+    out = wl.out_dtype
+
+    def body(b, i, j):
+        return te.sum(a_at(b, i, k).astype(out) * P[b, j // xi, k, j % xi].astype(out), axis=k)
+
+    if batched:
+        C = te.compute(wl.out_shape, lambda b, i, j: body(b, i, j), name="C")
+    else:
+        C = te.compute(wl.out_shape, lambda i, j: body(0, i, j), name="C")
+    return [A, B, C]
+
+
+def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
+                         tile_k: Sequence[int], inner: int):
+    """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki]."""
+    _, yo, yi = tile_y
+    _, xo, xi = tile_x
+    ki = tile_k[-1]
+    c = sch.get_sblock("C")
+    pack = sch.get_sblock("B_packed")
+    loops = sch.get_loops(c)
+    batch_loops: List = list(loops[:-3])
+    i, j, kk = loops[-3:]
+    it, io, ii = sch.split(i, [None, yo, yi])
+    jt, jo, ji = sch.split(j, [None, xo, xi])
+    ko, kin = sch.split(kk, [None, ki])
+    ii_o, ii_i = sch.split(ii, [None, inner])
+    # jt before it: consecutive tasks of one thread share a B panel.
+    sch.reorder(*batch_loops, jt, it, io, jo, ko, ii_o, kin, ii_i, ji)
+    outer = sch.fuse(*batch_loops, jt, it)
+    sch.parallel(outer)
+    # Accumulate the yi x xi tile in registers; write it back once, vectorised.
+    acc = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel only).
+    sch.compute_at(pack, outer)
+    sch.vectorize(sch.get_loops(pack)[-1])
+    sch.unroll(ii_o)
+    sch.unroll(kin)
+    sch.unroll(ii_i)
+    sch.vectorize(ji)
+    sch.decompose_reduction(c, ko)
+
+
+def largest_factor(n: int, at_most: int, multiple_of: int = 1) -> int:
+    """The largest divisor of n that is <= at_most and a multiple of ``multiple_of``
+    (falls back to the largest divisor <= at_most)."""
+    best = 1
+    for f in range(1, min(n, at_most) + 1):
+        if n % f == 0 and f % multiple_of == 0:
+            best = f
+    if best == 1 and multiple_of > 1:
+        return largest_factor(n, at_most)
+    return best
+
+
+def fallback_tiles(wl, facts):
+    """A good untuned tiling from the vector width and register count (no shape constants):
+    xi = two vectors, yi as many rows as leave registers for the B vectors and a broadcast,
+    ki = 4 (enough unrolled work to hide FMA latency), enough parallel tasks for every core."""
+    lanes = facts["vector_lanes"]
+    regs = facts["vector_registers"]
+    xi = largest_factor(wl.N, 2 * lanes, lanes) if wl.N >= lanes else wl.N
+    vecs = max(1, xi // lanes)
+    yi = largest_factor(wl.M, max(1, min(8, (regs - vecs - 2) // vecs)))
+    ki = largest_factor(wl.K, 4)
+    col_tiles = wl.N // xi
+    tasks_wanted = 2 * facts["num_cores"]
+    yt = 1
+    while wl.batch * col_tiles * yt < tasks_wanted and (wl.M // yi) % (yt * 2) == 0:
+        yt *= 2
+    return {"yt": yt, "yi": yi, "xi": xi, "ki": ki}

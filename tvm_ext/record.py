@@ -1,0 +1,235 @@
+"""Tuning logs: one JSON record per line, in AutoTVM v0.2's shape.
+
+    {"input": [target, task_name, args, {}],
+     "config": {"index": 50881, "code_hash": null, "entity": [["tile_y", "sp", [-1, 8]], ...]},
+     "result": [[cost_s, ...], error_no, all_cost_s, timestamp],
+     "version": 0.2, "tvm_version": "0.27.0.post1"}
+
+Appends are locked (fcntl) and fsync'ed, and only ever append: a log is never truncated or
+rewritten. Reading tolerates an unfinished last line (a run killed mid-write) and fails with the
+file and line number on any other corrupt line. Logs written by TVM <= 0.19 AutoTVM for
+batch_matmul.x86/.cuda, dense_pack.x86 etc. read the same way (AutoTVM wrote the error message in
+place of the costs of a failed measurement; that reads as an error record).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Union
+
+from .errors import LogError, TvmExtError
+from .measure.result import MeasureResult
+from .space import ConfigEntity
+from .target import describe, target_matches
+from .workload import Workload
+
+logger = logging.getLogger("tvm_ext")
+VERSION = 0.2
+# Written after an unfinished last line before appending, so that line (left by a killed writer)
+# is known as such, not as corruption, once it is no longer last.
+UNFINISHED_MARK = "# tvm_ext: the line above is an unfinished record of an interrupted writer"
+TVM_VERSION = "0.27.0.post1"
+
+
+@dataclass
+class Record:
+    target: str
+    task_name: str
+    workload: Workload
+    config: ConfigEntity
+    result: MeasureResult
+    line_no: int = 0
+
+    def key(self):
+        """Workload identity (not the template): the best record per key is applied."""
+        return self.workload.key()
+
+
+def op_of_task(task_name: str) -> str:
+    """'dense_pack.x86' -> 'dense', 'batch_matmul_tensorcore.cuda' -> 'batch_matmul'."""
+    base = task_name.split(".")[0]
+    if base.startswith("batch_matmul"):
+        return "batch_matmul"
+    if base.startswith(("dense", "matmul")):
+        return "dense"
+    raise LogError(f"record for unknown template '{task_name}'")
+
+
+def encode(target: str, task_name: str, workload: Workload, config: ConfigEntity,
+           result: MeasureResult) -> str:
+    costs = result.costs if result.ok else [result.error_msg or f"error {result.error_no}"]
+    return json.dumps({
+        "input": [target, task_name, workload.to_args(), {}],
+        "config": config.to_json_dict(),
+        "result": [costs, int(result.error_no), float(result.all_cost), float(result.timestamp)],
+        "version": VERSION, "tvm_version": TVM_VERSION}, separators=(", ", ": "))
+
+
+def decode(line: str) -> Record:
+    """One log line -> Record; ValueError naming what is wrong."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(obj, dict) or "input" not in obj or "config" not in obj \
+            or "result" not in obj:
+        raise ValueError("not a tuning record (needs input, config and result)")
+    try:
+        target, task_name, args = obj["input"][0], obj["input"][1], obj["input"][2]
+        workload = Workload.from_args(op_of_task(task_name), args)
+        config = ConfigEntity.from_json_dict(obj["config"])
+        costs, error_no, all_cost, timestamp = obj["result"][:4]
+    except TvmExtError as err:
+        raise ValueError(str(err)) from None
+    except (TypeError, ValueError, IndexError, KeyError) as err:
+        raise ValueError(f"malformed record ({type(err).__name__}: {err})") from None
+    numeric = [c for c in costs if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    if error_no == 0 and len(numeric) != len(costs):
+        raise ValueError("record without error has non-numeric costs")
+    msg = "" if error_no == 0 else "; ".join(str(c) for c in costs if c not in numeric)
+    result = MeasureResult([float(c) for c in numeric] if error_no == 0 else [], int(error_no),
+                           float(all_cost), float(timestamp), msg)
+    return Record(str(target), str(task_name), workload, config, result)
+
+
+def load(path: Union[str, os.PathLike]) -> List[Record]:
+    """All records of a log. A missing or unreadable file, or a corrupt line that is not the
+    last, raises LogError naming the file and line; an unfinished last line is skipped with one
+    warning."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise LogError(f"log {p} does not exist") from None
+    except IsADirectoryError:
+        raise LogError(f"log {p} is a directory, not a file") from None
+    except OSError as err:
+        raise LogError(f"cannot read log {p}: {err.strerror or err}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise LogError(f"{p}:{line}: corrupt record (not UTF-8 text)") from None
+    lines = text.split("\n")
+    unfinished = not text.endswith("\n")
+    records = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            rec = decode(line)
+        except ValueError as err:
+            if (i == len(lines) and unfinished) or \
+                    (i < len(lines) and lines[i].strip() == UNFINISHED_MARK):
+                logger.warning("tvm_ext: %s:%d: skipped an unfinished record (%s)", p, i, err)
+                continue
+            raise LogError(f"{p}:{i}: corrupt record: {err}") from None
+        rec.line_no = i
+        records.append(rec)
+    return records
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def append(path: Union[str, os.PathLike], lines: Iterable[str]) -> None:
+    """Append encoded records under an exclusive lock, then fsync. If the file ends with an
+    unfinished line (a killed writer), that line is closed and marked first (never removed)."""
+    p = Path(path)
+    payload = "".join(line.rstrip("\n") + "\n" for line in lines)
+    if not payload:
+        return
+    with _locked(p) as fd:
+        size = os.fstat(fd).st_size
+        if size:
+            with open(p, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    payload = "\n" + UNFINISHED_MARK + "\n" + payload
+        os.write(fd, payload.encode())
+        os.fsync(fd)
+
+
+class LogWriter:
+    """Tuning callback that appends each measured batch to a log."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def __call__(self, task, configs, results):
+        append(self.path, (encode(task.target_str, task.name, task.workload, c, r)
+                           for c, r in zip(configs, results)))
+
+
+def for_target(records: Sequence[Record], target) -> List[Record]:
+    return [r for r in records if target_matches(r.target, target)]
+
+
+def pick_best(records: Iterable[Record], target=None) -> Dict[tuple, Record]:
+    """Fastest valid record per workload (across templates), optionally only those that apply
+    to ``target``."""
+    best: Dict[tuple, Record] = {}
+    for r in records:
+        if not r.result.ok or (target is not None and not target_matches(r.target, target)):
+            continue
+        k = r.key()
+        if k not in best or r.result.mean < best[k].result.mean:
+            best[k] = r
+    return best
+
+
+def merge(paths: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike], *,
+          best_only: bool = False) -> int:
+    """Append the records of ``paths`` (or only the best per workload and target) to ``out``;
+    returns how many were written. ``out`` is appended to, never rewritten."""
+    records = [r for p in paths for r in load(p)]
+    if best_only:
+        by_target: Dict[tuple, Record] = {}
+        for r in records:
+            if not r.result.ok:
+                continue
+            k = (describe(r.target),) + r.key()
+            if k not in by_target or r.result.mean < by_target[k].result.mean:
+                by_target[k] = r
+        records = list(by_target.values())
+    append(out, (encode(r.target, r.task_name, r.workload, r.config, r.result)
+                 for r in records))
+    return len(records)
+
+
+def check_target(records: Sequence[Record], target, path) -> None:
+    """LogError when a non-empty log has no record that applies to ``target``."""
+    if records and not for_target(records, target):
+        found = sorted({describe(r.target) for r in records})
+        raise LogError(f"log {path} has no records for target {describe(target)} "
+                       f"(it holds records for: {', '.join(found)})")
+
+
+def best_table(records: Sequence[Record], target=None) -> List[str]:
+    """One line per workload: template, best time and config."""
+    lines = []
+    for _, r in sorted(pick_best(records, target).items(), key=lambda kv: str(kv[0])):
+        gf = r.workload.flop / r.result.mean / 1e9
+        cfg = " ".join(f"{k}={v!r}" for k, v in r.config.items())
+        lines.append(f"{r.workload}  [{describe(r.target)}]  {r.task_name}  "
+                     f"{r.result.mean * 1e3:.4f} ms  {gf:.1f} GFLOP/s  {cfg}")
+    return lines
+
+
+def best_for(records: Sequence[Record], workload: Workload, target) -> Optional[Record]:
+    return pick_best((r for r in records if r.key() == workload.key()), target).get(
+        workload.key())

@@ -1,0 +1,192 @@
+"""Targets: parsing what users type, matching the targets written in logs, hardware facts.
+
+TVM 0.27 takes targets as dicts (``{"kind": "cuda", "arch": "sm_90"}``); logs of TVM <= 0.19
+hold CLI strings (``"llvm -keys=cpu -mcpu=skylake-avx512"``). Both are read here. Matching at
+apply time is by kind, and by arch for CUDA when both sides name one (as AutoTVM matched by target
+keys): a log tuned on one x86 CPU applies on another, an sm_80 log does not apply to sm_90.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shlex
+from typing import Any, Dict, Optional, Union
+
+from .errors import TvmExtError
+
+_AVX512_CPUS = ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
+                "tigerlake", "sapphirerapids", "graniterapids", "emeraldrapids", "rocketlake",
+                "znver4", "znver5", "x86-64-v4", "knl", "knm")
+
+
+def _tvm():
+    import tvm  # noqa: PLC0415  (kept lazy: importing tvm costs ~1 s)
+    return tvm
+
+
+def parse_target(spec: Union[str, Dict[str, Any], Any, None]):
+    """A ``tvm.target.Target`` from 'llvm', 'cuda', 'cuda:sm_80', a JSON dict string, a dict,
+    or a Target. 'llvm' means the host CPU (``Target.from_device``), 'cuda' the visible GPU (or
+    sm_90 when there is none)."""
+    tvm = _tvm()
+    if spec is None:
+        return default_target()
+    if isinstance(spec, tvm.target.Target):
+        return spec
+    if isinstance(spec, dict):
+        return _make(spec)
+    text = str(spec).strip()
+    if text.startswith("{"):
+        try:
+            return _make(json.loads(text))
+        except json.JSONDecodeError as err:
+            raise TvmExtError(f"target '{text}' is not valid JSON: {err.msg}") from None
+    if text == "llvm":
+        return host_cpu_target()
+    if text == "cuda" or text.startswith("cuda:"):
+        arch = text.split(":", 1)[1] if ":" in text else (_visible_gpu_arch() or "sm_90")
+        return cuda_target(arch)
+    if " -" in text:  # legacy CLI string, as in old logs
+        return _make(_legacy_to_dict(text))
+    raise TvmExtError(f"unknown target '{text}' (use llvm, cuda, cuda:sm_80, or a JSON dict "
+                      "such as '{\"kind\": \"cuda\", \"arch\": \"sm_90\"}')")
+
+
+def _make(d: Dict[str, Any]):
+    tvm = _tvm()
+    try:
+        return tvm.target.Target(d)
+    except Exception as err:  # TVM raises its own error types here
+        raise TvmExtError(f"invalid target {json.dumps(d)}: {str(err).splitlines()[-1]}") \
+            from None
+
+
+@functools.lru_cache(maxsize=None)
+def host_cpu_target():
+    tvm = _tvm()
+    t = tvm.target.Target.from_device(tvm.cpu())
+    d = dict(t.export())
+    d["num-cores"] = os.cpu_count() or 1
+    return _make({k: v for k, v in d.items() if k in ("kind", "mcpu", "mtriple", "mattr",
+                                                       "num-cores", "keys")})
+
+
+def cuda_target(arch: str = "sm_90"):
+    """A CUDA target with the attributes MetaSchedule / dlight / our constraints read."""
+    return _make({"kind": "cuda", "arch": arch, "max_threads_per_block": 1024,
+                  "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+                  "registers_per_block": 65536})
+
+
+@functools.lru_cache(maxsize=None)
+def _visible_gpu_arch() -> Optional[str]:
+    if os.environ.get("TVM_EXT_NO_GPU"):
+        return None
+    try:
+        tvm = _tvm()
+        dev = tvm.cuda(0)
+        if dev.exist:
+            return "sm_" + dev.compute_version.replace(".", "")
+    except Exception:  # no CUDA runtime in this TVM build / no driver
+        return None
+    return None
+
+
+def gpu_visible() -> bool:
+    return _visible_gpu_arch() is not None
+
+
+def default_target():
+    """CUDA when a GPU is visible, else the host CPU."""
+    arch = _visible_gpu_arch()
+    return cuda_target(arch) if arch else host_cpu_target()
+
+
+def _legacy_to_dict(text: str) -> Dict[str, Any]:
+    toks = shlex.split(text)
+    d: Dict[str, Any] = {"kind": toks[0]}
+    for tok in toks[1:]:
+        if not tok.startswith("-"):
+            continue
+        k, _, v = tok.lstrip("-").partition("=")
+        if k == "keys":
+            d["keys"] = v.split(",")
+        elif k in ("mcpu", "arch", "mtriple", "model", "mattr"):
+            d[k] = v.split(",") if k == "mattr" else v
+    return d
+
+
+def target_info(target: Union[str, Dict[str, Any], Any]) -> Dict[str, Any]:
+    """{kind, arch, mcpu, keys} from a Target, a dict, JSON text or a legacy CLI string."""
+    if isinstance(target, dict):
+        d = target
+    elif isinstance(target, str):
+        t = target.strip()
+        if t.startswith("{"):
+            try:
+                d = json.loads(t)
+            except json.JSONDecodeError:
+                d = {"kind": t}
+        else:
+            d = _legacy_to_dict(t) if t else {"kind": ""}
+    else:
+        d = dict(target.export())
+    kind = str(d.get("kind", ""))
+    return {"kind": kind, "arch": d.get("arch"), "mcpu": d.get("mcpu"),
+            "keys": list(d.get("keys", []))}
+
+
+def target_str(target) -> str:
+    """The target as written into records (TVM 0.27's JSON form)."""
+    return json.dumps(dict(target.export()), sort_keys=True, default=str) \
+        if not isinstance(target, str) else target
+
+
+def target_matches(record_target, target) -> bool:
+    """Does a record made for ``record_target`` apply to ``target``?"""
+    a, b = target_info(record_target), target_info(target)
+    if a["kind"] != b["kind"]:
+        return False
+    if a["kind"] == "cuda" and a["arch"] and b["arch"]:
+        return _base_arch(a["arch"]) == _base_arch(b["arch"])
+    return True
+
+
+def _base_arch(arch: str) -> str:
+    return str(arch).rstrip("a")  # sm_90a and sm_90 run the same non-wgmma code
+
+
+def describe(target) -> str:
+    info = target_info(target)
+    extra = info["arch"] or info["mcpu"]
+    return f"{info['kind']} {extra}" if extra else info["kind"]
+
+
+def hardware_facts(target, dtype: str = "float32") -> Dict[str, Any]:
+    """Facts that spaces, constraints and fallbacks may use (no device needed)."""
+    info = target_info(target)
+    bits = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8,
+            "uint8": 8, "int32": 32}.get(dtype, 32)
+    if info["kind"] == "cuda":
+        d = dict(target.export()) if not isinstance(target, (str, dict)) else {}
+        arch = info["arch"] or "sm_90"
+        sm = int("".join(c for c in arch if c.isdigit()) or 90)
+        return {"kind": "cuda", "sm": sm, "dtype_bytes": bits // 8,
+                "warp_size": int(d.get("thread_warp_size", 32)),
+                "max_threads_per_block": int(d.get("max_threads_per_block", 1024)),
+                "max_shared_memory_per_block": int(d.get("max_shared_memory_per_block", 49152)),
+                # Opt-in dynamic shared memory is 227 KB on sm_90, 163 KB on sm_80, 99 KB sm_86.
+                "max_shared_memory_optin": {90: 232448, 80: 166912}.get(sm, 101376),
+                "registers_per_block": int(d.get("registers_per_block", 65536)),
+                "registers_per_thread": 255,
+                # SMs of the parts we target: H100/H200 132, A100 108; others: a middle guess.
+                "num_sms": {90: 132, 80: 108}.get(sm, 80)}
+    mcpu = str(info["mcpu"] or "")
+    d = dict(target.export()) if not isinstance(target, (str, dict)) else {}
+    mattr = [str(x) for x in d.get("mattr", [])]
+    avx512 = mcpu.startswith(_AVX512_CPUS) or "+avx512f" in mattr
+    width = 512 if avx512 else 256 if (mcpu or "+avx2" in mattr) else 128
+    return {"kind": info["kind"], "vector_bits": width, "vector_lanes": max(1, width // bits),
+            "vector_registers": 32 if avx512 else 16, "dtype_bytes": bits // 8,
+            "num_cores": int(d.get("num-cores", os.cpu_count() or 1))}

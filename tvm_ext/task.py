@@ -1,0 +1,132 @@
+"""A Task is a template applied to one workload on one target: its space, its fallback config,
+and ``instantiate(config)`` -> a scheduled IRModule (``build`` compiles it)."""
+from __future__ import annotations
+
+import functools
+from typing import List, Optional
+
+import numpy as np
+
+from .errors import TemplateError
+from .space import ConfigEntity, ConfigSpace, build_space, knob_defaults, load_space_spec
+from .target import hardware_facts, parse_target, target_str
+from .template import Template, get_template, templates_for
+from .workload import Workload
+
+
+class InstantiationError(RuntimeError):
+    """A config that the template cannot schedule (recorded as error 1, not raised to users)."""
+
+
+class Task:
+    def __init__(self, workload: Workload, target=None, *, template: Optional[str] = None,
+                 space_file: Optional[str] = None):
+        self.workload = workload
+        self.target = parse_target(target)
+        self.facts = hardware_facts(self.target, workload.dtype)
+        if template is None:
+            self.template: Template = templates_for(workload, self.target, self.facts)[0]
+        else:
+            self.template = get_template(template)
+            why = self.template.why_not(workload, self.facts)
+            if why is not None:
+                raise TemplateError(f"template {template} does not apply to {workload}: {why}")
+        self.space_file = space_file
+        self.spec = load_space_spec(self.template.name, space_file)
+
+    @property
+    def name(self) -> str:
+        return self.template.name
+
+    @property
+    def flop(self) -> int:
+        return self.workload.flop
+
+    @property
+    def target_str(self) -> str:
+        return target_str(self.target)
+
+    @functools.cached_property
+    def space(self) -> ConfigSpace:
+        wl = self.workload
+        axes = {"B": wl.batch, "M": wl.M, "N": wl.N, "K": wl.K}
+        facts = {**self.facts, "layout": wl.layout, "dtype": wl.dtype,
+                 "out_dtype": wl.out_dtype}
+        return build_space(self.spec, axes, facts)
+
+    def fallback_config(self) -> ConfigEntity:
+        values = {**knob_defaults(self.spec),
+                  **self.template.fallback(self.space, self.workload, self.facts)}
+        return self.space.config_from_values(values, fallback=True)
+
+    def config(self, index: int) -> ConfigEntity:
+        return self.space.get(index)
+
+    def instantiate(self, config: ConfigEntity):
+        """The scheduled IRModule for a config; InstantiationError if it cannot be scheduled."""
+        import tvm  # noqa: PLC0415
+        from tvm import s_tir, te  # noqa: PLC0415
+
+        if self.template.prepare is not None:
+            self.template.prepare()
+        try:
+            tensors = self.template.compute(self.workload, config)
+            func = te.create_prim_func(tensors)
+            sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+            self.template.schedule(sch, config, self.workload, self.facts)
+        except Exception as err:  # a config the schedule rejects is data, not a crash
+            msg = str(err).strip().splitlines()
+            raise InstantiationError(f"{self.name} {config}: {msg[-1] if msg else err!r}") \
+                from err
+        return sch.mod
+
+    def build(self, config: ConfigEntity):
+        """Compile a config: a ``tvm.runtime.Executable`` whose ``main`` takes (A, B, C)."""
+        import tvm  # noqa: PLC0415
+
+        mod = self.instantiate(config)
+        return tvm.compile(mod, target=self.target)
+
+    # ---- data for measurement and checks ----
+    def random_inputs(self, rng: np.random.Generator) -> List[np.ndarray]:
+        wl = self.workload
+        arrays = []
+        for shape in (wl.a_shape, wl.b_shape):
+            if wl.dtype.startswith("int") or wl.dtype.startswith("uint"):
+                lo = 0 if wl.dtype.startswith("u") else -4
+                arrays.append(rng.integers(lo, 4, size=shape).astype(wl.dtype))
+            else:
+                arrays.append(rng.uniform(-1, 1, size=shape).astype(_np_dtype(wl.dtype)))
+        return arrays
+
+    def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The exact result in float64 (int64 for integers)."""
+        return reference_matmul(self.workload, a, b)
+
+    def __repr__(self):
+        return f"Task({self.name}, {self.workload}, {self.target_str})"
+
+
+def reference_matmul(wl: Workload, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    acc = np.int64 if wl.dtype.startswith(("int", "uint")) else np.float64
+    a = a.astype(acc)
+    b = b.astype(acc)
+    a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
+    b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b
+    return np.matmul(a_mk, b_kn)
+
+
+def _np_dtype(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes  # noqa: PLC0415  (ships with tvm-ffi)
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
+def tolerance(wl: Workload):
+    """(rtol, atol) for comparing a kernel with the float64 reference."""
+    if wl.dtype.startswith(("int", "uint")):
+        return 0.0, 0.0
+    if wl.dtype in ("float16", "bfloat16") or wl.out_dtype in ("float16", "bfloat16"):
+        return 2e-2, 2e-2 * max(1.0, np.sqrt(wl.K) / 4)
+    return 1e-4, 1e-4 * max(1.0, np.sqrt(wl.K) / 4)

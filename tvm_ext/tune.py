@@ -1,0 +1,237 @@
+"""``python -m tvm_ext.tune``: tune one operator workload into a JSON log.
+
+    python -m tvm_ext.tune --op batch_matmul                   # GPU if visible, else host CPU
+    python -m tvm_ext.tune --op dense --shape 128x3072x768 --trials 64 --log dense.json
+    python -m tvm_ext.tune --op batch_matmul --resume          # continue: no config twice
+    python -m tvm_ext.tune --op batch_matmul --list-space      # knobs and space size
+    python -m tvm_ext.tune --best dense.json                   # best config per workload
+
+Bad input gives one line ``tvm_ext.tune: error: ...`` and exit code 2; a log is only appended to.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+from .errors import TvmExtError
+from .workload import DEFAULT_SHAPES, LAYOUTS, OPS, Workload, parse_shape
+
+PROG = "tvm_ext.tune"
+logger = logging.getLogger("tvm_ext")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints the usage too)
+        sys.stderr.write(f"{PROG}: error: {message}\n")
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--op", default="batch_matmul", help=f"operator: {', '.join(OPS)}")
+    p.add_argument("--shape", help="BxMxNxK for batch_matmul, MxNxK for dense "
+                                   "(default: a representative shape for the target)")
+    p.add_argument("--dtype", default="float32", help="input dtype (default float32)")
+    p.add_argument("--out-dtype", help="output/accumulator dtype (default: float32 for "
+                                       "float16 inputs, int32 for int8, else the input dtype)")
+    p.add_argument("--layout", default="NT",
+                   help="NN, NT, TN or TT: storage of A then B (T = transposed; default NT)")
+    p.add_argument("--target", help="llvm, cuda, cuda:sm_80 or a JSON dict (default: CUDA "
+                                    "when a GPU is visible, else the host CPU)")
+    p.add_argument("--template", help="tune this template instead of the op's first")
+    p.add_argument("--trials", type=int, default=32, help="configs to measure (default 32)")
+    p.add_argument("--tuner", default="random", help="random or grid (default random)")
+    p.add_argument("--batch-size", type=int, default=8, help="configs per measure batch")
+    p.add_argument("--early-stopping", type=int, help="stop after N trials without progress")
+    p.add_argument("--log", help="log file to append to (default tvm_ext_logs/<op>.<target>"
+                                 ".json)")
+    p.add_argument("--resume", action="store_true",
+                   help="skip configs already in the log; measure --trials new ones")
+    p.add_argument("--seed", type=int, default=0, help="tuner seed (default 0)")
+    p.add_argument("--space", help="tuning-space JSON file replacing the shipped one")
+    p.add_argument("--number", type=int, default=3, help="runs per timing repeat")
+    p.add_argument("--repeat", type=int, default=3, help="timing repeats per config")
+    p.add_argument("--list-space", action="store_true", help="print the knobs and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="show the task, the fallback and the first proposals; measure nothing")
+    p.add_argument("--best", metavar="LOG", help="print the best config per workload of LOG")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    return p
+
+
+def _workload(args) -> Workload:
+    from .target import target_info  # noqa: PLC0415
+    if args.op not in OPS:
+        raise TvmExtError(f"unknown op '{args.op}' (known: {', '.join(OPS)})")
+    if args.layout not in LAYOUTS:
+        raise TvmExtError(f"unknown layout '{args.layout}' (known: {', '.join(LAYOUTS)})")
+    if args.shape:
+        shape = parse_shape(args.shape, args.op)
+    else:
+        kind = "gpu" if target_info(args.target_obj)["kind"] == "cuda" else "cpu"
+        shape = DEFAULT_SHAPES[(args.op, kind)]
+    return Workload.create(args.op, shape, args.dtype, args.out_dtype, args.layout)
+
+
+def default_log(op: str, target) -> Path:
+    from .target import target_info  # noqa: PLC0415
+    info = target_info(target)
+    tag = info["kind"] + (f"_{info['arch']}" if info["arch"] else "")
+    return Path(os.environ.get("TVM_EXT_LOG_DIR", "tvm_ext_logs")) / f"{op}.{tag}.json"
+
+
+class Progress:
+    """One rewritten line on a terminal, one plain line per batch otherwise."""
+
+    def __init__(self, n_trial: int, quiet: bool, stream=None):
+        self.n, self.quiet = n_trial, quiet
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.start = time.time()
+        self.done = 0
+        self.best = 0.0
+
+    def __call__(self, task, configs, results):
+        for r in results:
+            self.done += 1
+            self.best = max(self.best, r.gflops(task.flop))
+        if self.quiet:
+            return
+        cur = max((r.gflops(task.flop) for r in results), default=0.0)
+        errs = sum(not r.ok for r in results)
+        line = (f"[{self.done}/{self.n}] current {cur:.1f} GFLOP/s  best {self.best:.1f} "
+                f"GFLOP/s  {time.time() - self.start:.1f}s" + (f"  ({errs} failed)" if errs
+                                                                 else ""))
+        if self.tty:
+            self.stream.write("\r" + line.ljust(79))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self):
+        if self.tty and not self.quiet and self.done:
+            self.stream.write("\n")
+
+
+def _print_best(path: str, target) -> int:
+    from . import record  # noqa: PLC0415
+    records = record.load(path)
+    if target is not None:
+        record.check_target(records, target, path)
+    lines = record.best_table(records, target)
+    if not lines:
+        print(f"{path}: {len(records)} records, none valid")
+        return 0
+    print(f"{path}: {len(records)} records, best per workload:")
+    for ln in lines:
+        print("  " + ln)
+    return 0
+
+
+def _join_values(argv: List[str]) -> List[str]:
+    """'--shape -1x2x3x4' -> '--shape=-1x2x3x4' so argparse does not take it for an option."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in ("--shape", "--target") and i + 1 < len(argv) \
+                and argv[i + 1].startswith("-"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+def run(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(_join_values(list(sys.argv[1:] if argv is None
+                                                       else argv)))
+    if args.trials < 1:
+        raise TvmExtError(f"--trials must be >= 1, got {args.trials}")
+    from . import record  # noqa: PLC0415
+    from .target import describe, parse_target  # noqa: PLC0415
+
+    if args.best:
+        return _print_best(args.best, parse_target(args.target) if args.target else None)
+
+    args.target_obj = parse_target(args.target)
+    wl = _workload(args)
+    from .task import Task  # noqa: PLC0415
+    task = Task(wl, args.target_obj, template=args.template, space_file=args.space)
+    space = task.space
+    print(f"task: {task.name} for {wl} on {describe(task.target)}; space {len(space)} configs")
+
+    if args.list_space:
+        print(space.describe())
+        if len(space) <= 200_000:
+            print(f"valid configs: {sum(1 for _ in space.valid_indices())}")
+        print(f"fallback: {task.fallback_config()}")
+        return 0
+
+    log = Path(args.log) if args.log else default_log(wl.op, task.target)
+    from .tuner import make_tuner  # noqa: PLC0415
+    tuner = make_tuner(args.tuner, space, seed=args.seed)
+    previous = []
+    if log.exists():
+        records = record.load(log)  # corrupt middle line -> LogError, nothing written
+        record.check_target(records, task.target, log)
+        previous = [r for r in record.for_target(records, task.target)
+                    if r.key() == wl.key() and r.task_name == task.name]
+        if args.resume:
+            known = [(space.index_of(r.config), r.result.mean) for r in previous]
+            known = [(i, c) for i, c in known if i is not None]
+            tuner.load_history([i for i, _ in known], [c for _, c in known])
+            print(f"resume: {len(known)} configs of this task already in {log}; "
+                  f"measuring up to {args.trials} new ones")
+    elif args.resume:
+        print(f"resume: {log} does not exist yet; starting a new log")
+
+    if args.dry_run:
+        fb = task.fallback_config()
+        task.instantiate(fb)
+        print(f"fallback config (schedules fine): {fb}")
+        print(f"first proposals of the {args.tuner} tuner:")
+        for i in tuner.ask(min(args.trials, 5)):
+            print(f"  {space.get(i)}")
+        print(f"would measure {args.trials} configs into {log}")
+        return 0
+
+    from .measure import LocalMeasurer  # noqa: PLC0415
+    from .tuner import tune  # noqa: PLC0415
+    print(f"log: {log}")
+    progress = Progress(args.trials, args.quiet)
+    measurer = LocalMeasurer(number=args.number, repeat=args.repeat, seed=args.seed)
+    summary = tune(task, tuner, measurer, n_trial=args.trials, batch_size=args.batch_size,
+                   early_stopping=args.early_stopping,
+                   callbacks=[record.LogWriter(log), progress])
+    progress.close()
+    print(f"measured {summary.trials} configs in {summary.elapsed:.1f}s "
+          f"({summary.errors} failed) into {log}")
+    best = record.best_for(record.load(log), wl, task.target)
+    if best is None:
+        print("no valid config measured")
+        return 1
+    print(f"best: {best.result.mean * 1e3:.4f} ms  {wl.flop / best.result.mean / 1e9:.1f} "
+          f"GFLOP/s  {best.task_name} {best.config}")
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    logging.basicConfig(format="%(message)s")  # no-op when the caller configured logging
+    try:
+        return run(argv)
+    except TvmExtError as err:
+        sys.stderr.write(f"{PROG}: error: {err}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\n{PROG}: interrupted; the log keeps every finished batch\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

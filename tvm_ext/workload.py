@@ -1,0 +1,212 @@
+"""Workloads: what is computed (op, sizes, dtypes, layout), independent of how.
+
+A workload serialises to the AutoTVM argument tuple that TVM <= 0.19 wrote into its logs, and is
+read back from every form those logs used:
+
+    batch_matmul  (x, y, out_shape, out_dtype, transpose_a, transpose_b)    TVM 0.8 - 0.19
+                  (x, y)                                                   before 0.8 (NT)
+    dense         (data, weight, bias, out_dtype)                          weight is [N, K]
+                  (data, weight, bias, out_dtype, transpose_a, transpose_b)  our matmul form
+
+with tensors written as ``["TENSOR", shape, dtype]``. The layout names the storage of A and B:
+the first letter is A (N: [.., M, K], T: [.., K, M]), the second B (N: [.., K, N], T: [.., N, K]).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any, List, Optional, Sequence, Tuple
+
+from .errors import WorkloadError
+
+OPS = ("batch_matmul", "dense")
+LAYOUTS = ("NN", "NT", "TN", "TT")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32")
+_DEFAULT_OUT = {"float16": "float32", "bfloat16": "float32", "int8": "int32", "uint8": "int32"}
+
+# Shapes the CLI tunes when none is given: representative, and quick to tune.
+DEFAULT_SHAPES = {("batch_matmul", "cpu"): (4, 256, 256, 256),
+                  ("batch_matmul", "gpu"): (24, 2048, 512, 64),
+                  ("dense", "cpu"): (1, 128, 3072, 768),
+                  ("dense", "gpu"): (1, 16, 4096, 4096)}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """C[b, m, n] = sum_k A[b, m, k] * B[b, n, k] (for layout NT), accumulated in out_dtype.
+
+    ``dense`` is the batch-free form with batch == 1 (data [M, K], weight [N, K] for NT).
+    """
+
+    op: str
+    batch: int
+    M: int
+    N: int
+    K: int
+    dtype: str = "float32"
+    out_dtype: str = "float32"
+    layout: str = "NT"
+
+    def __post_init__(self):
+        if self.op not in OPS:
+            raise WorkloadError(f"unknown op '{self.op}' (known: {', '.join(OPS)})")
+        for name in ("batch", "M", "N", "K"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise WorkloadError(f"{self.op}: {name} must be a positive integer, got {v!r}")
+        if self.op == "dense" and self.batch != 1:
+            raise WorkloadError(f"dense has no batch dimension (got batch={self.batch})")
+        for name in ("dtype", "out_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise WorkloadError(f"unsupported {name} '{getattr(self, name)}' "
+                                    f"(known: {', '.join(DTYPES)})")
+        if self.layout not in LAYOUTS:
+            raise WorkloadError(f"unknown layout '{self.layout}' (known: {', '.join(LAYOUTS)})")
+
+    # ---- construction ----
+    @staticmethod
+    def create(op: str, shape: Sequence[int], dtype: str = "float32",
+               out_dtype: Optional[str] = None, layout: str = "NT") -> "Workload":
+        """From (B, M, N, K) for batch_matmul, (M, N, K) or (1, M, N, K) for dense."""
+        shape = tuple(shape)
+        if op == "dense" and len(shape) == 3:
+            shape = (1,) + shape
+        if len(shape) != 4:
+            want = "BxMxNxK" if op == "batch_matmul" else "MxNxK"
+            raise WorkloadError(f"{op} needs a shape {want}, got {'x'.join(map(str, shape))}")
+        return Workload(op, *shape, dtype=dtype, out_dtype=out_dtype or default_out_dtype(dtype),
+                        layout=layout)
+
+    def with_(self, **changes) -> "Workload":
+        return replace(self, **changes)
+
+    # ---- derived ----
+    @property
+    def transpose_a(self) -> bool:
+        return self.layout[0] == "T"
+
+    @property
+    def transpose_b(self) -> bool:
+        return self.layout[1] == "T"
+
+    @property
+    def a_shape(self) -> Tuple[int, ...]:
+        mk = (self.K, self.M) if self.transpose_a else (self.M, self.K)
+        return mk if self.op == "dense" else (self.batch,) + mk
+
+    @property
+    def b_shape(self) -> Tuple[int, ...]:
+        nk = (self.N, self.K) if self.transpose_b else (self.K, self.N)
+        return nk if self.op == "dense" else (self.batch,) + nk
+
+    @property
+    def out_shape(self) -> Tuple[int, ...]:
+        return (self.M, self.N) if self.op == "dense" else (self.batch, self.M, self.N)
+
+    @property
+    def flop(self) -> int:
+        return 2 * self.batch * self.M * self.N * self.K
+
+    def key(self) -> tuple:
+        """What identifies a workload in logs and at apply time (not the template)."""
+        return (self.op, self.batch, self.M, self.N, self.K, self.dtype, self.out_dtype,
+                self.layout)
+
+    def shape_str(self) -> str:
+        dims = (self.M, self.N, self.K) if self.op == "dense" else \
+            (self.batch, self.M, self.N, self.K)
+        return "x".join(map(str, dims))
+
+    def __str__(self):
+        out = "" if self.out_dtype == default_out_dtype(self.dtype) else f"->{self.out_dtype}"
+        return f"{self.op} {self.shape_str()} {self.dtype}{out} {self.layout}"
+
+    # ---- AutoTVM argument tuple ----
+    def to_args(self) -> List[Any]:
+        a = ["TENSOR", list(self.a_shape), self.dtype]
+        b = ["TENSOR", list(self.b_shape), self.dtype]
+        if self.op == "batch_matmul":
+            return [a, b, list(self.out_shape), self.out_dtype, self.transpose_a,
+                    self.transpose_b]
+        if self.layout == "NT":
+            return [a, b, None, self.out_dtype]
+        return [a, b, None, self.out_dtype, self.transpose_a, self.transpose_b]
+
+    @staticmethod
+    def from_args(op: str, args: Sequence[Any]) -> "Workload":
+        """Parse an AutoTVM args tuple (any of the historical forms)."""
+        try:
+            if op == "batch_matmul":
+                return _bmm_from_args(args)
+            if op == "dense":
+                return _dense_from_args(args)
+        except (TypeError, ValueError, IndexError, KeyError) as err:
+            if isinstance(err, WorkloadError):
+                raise
+            raise WorkloadError(f"cannot read {op} arguments {args!r}: {err}") from None
+        raise WorkloadError(f"unknown op '{op}' (known: {', '.join(OPS)})")
+
+
+def _tensor(t) -> Tuple[Tuple[int, ...], str]:
+    if not (isinstance(t, (list, tuple)) and len(t) == 3 and t[0] == "TENSOR"):
+        raise WorkloadError(f"expected a ['TENSOR', shape, dtype] entry, got {t!r}")
+    return tuple(int(x) for x in t[1]), str(t[2])
+
+
+def _bmm_from_args(args) -> Workload:
+    (sa, da), (sb, db) = _tensor(args[0]), _tensor(args[1])
+    out_dtype = args[3] if len(args) > 3 and args[3] else da
+    ta = bool(args[4]) if len(args) > 4 else False
+    tb = bool(args[5]) if len(args) > 5 else True
+    if len(sa) != 3 or len(sb) != 3:
+        raise WorkloadError(f"batch_matmul needs 3-D tensors, got {sa} and {sb}")
+    batch = max(sa[0], sb[0])
+    M, K = (sa[2], sa[1]) if ta else (sa[1], sa[2])
+    N, Kb = (sb[1], sb[2]) if tb else (sb[2], sb[1])
+    if K != Kb:
+        raise WorkloadError(f"batch_matmul reduction sizes differ: {sa} vs {sb}")
+    if sa[0] != sb[0]:
+        raise WorkloadError(f"batch_matmul with a broadcast batch ({sa[0]} vs {sb[0]}) "
+                            "is not supported")
+    return Workload("batch_matmul", batch, M, N, K, da, out_dtype,
+                    ("T" if ta else "N") + ("T" if tb else "N"))
+
+
+def _dense_from_args(args) -> Workload:
+    (sa, da), (sb, db) = _tensor(args[0]), _tensor(args[1])
+    out_dtype = args[3] if len(args) > 3 and args[3] else da
+    ta = bool(args[4]) if len(args) > 4 else False
+    tb = bool(args[5]) if len(args) > 5 else True
+    if len(sa) != 2 or len(sb) != 2:
+        raise WorkloadError(f"dense needs 2-D tensors, got {sa} and {sb}")
+    M, K = (sa[1], sa[0]) if ta else sa
+    N, Kb = sb if tb else (sb[1], sb[0])
+    if K != Kb:
+        raise WorkloadError(f"dense reduction sizes differ: {sa} vs {sb}")
+    return Workload("dense", 1, M, N, K, da, out_dtype,
+                    ("T" if ta else "N") + ("T" if tb else "N"))
+
+
+def default_out_dtype(dtype: str) -> str:
+    return _DEFAULT_OUT.get(dtype, dtype)
+
+
+_SHAPE_RE = re.compile(r"^\d+(x\d+)*$")
+
+
+def parse_shape(text: str, op: str) -> Tuple[int, ...]:
+    """'4x256x256x256' -> (4, 256, 256, 256); a clear error for anything else."""
+    want = "BxMxNxK" if op == "batch_matmul" else "MxNxK"
+    t = text.strip().lower().replace("*", "x").replace(",", "x")
+    if not _SHAPE_RE.match(t):
+        raise WorkloadError(f"malformed shape '{text}': expected {want} with positive integers,"
+                            " e.g. " + ("4x256x256x256" if op == "batch_matmul" else
+                                        "128x3072x768"))
+    dims = tuple(int(x) for x in t.split("x"))
+    n = 4 if op == "batch_matmul" else 3
+    if len(dims) != n and not (op == "dense" and len(dims) == 4 and dims[0] == 1):
+        raise WorkloadError(f"malformed shape '{text}': {op} needs {n} sizes ({want}), "
+                            f"got {len(dims)}")
+    if any(d < 1 for d in dims):
+        raise WorkloadError(f"malformed shape '{text}': sizes must be >= 1")
+    return dims
