@@ -85,6 +85,8 @@ class Task:
         import tvm  # noqa: PLC0415
 
         mod = self.instantiate(config)
+        if self.target.kind.name == "cuda":
+            ensure_cuda_compiler()
         return tvm.compile(mod, target=self.target)
 
     # ---- data for measurement and checks ----
@@ -105,6 +107,20 @@ class Task:
 
     def __repr__(self):
         return f"Task({self.name}, {self.workload}, {self.target_str})"
+
+
+def ensure_cuda_compiler():
+    """TVM compiles CUDA source when a module is loaded, with NVRTC by default; NVRTC needs the
+    cuda-bindings package. Without it, use nvcc (unless the user chose a mode)."""
+    import importlib.util  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    if "TVM_CUDA_COMPILE_MODE" not in os.environ:
+        try:
+            has_nvrtc = importlib.util.find_spec("cuda.bindings") is not None
+        except ModuleNotFoundError:
+            has_nvrtc = False
+        if not has_nvrtc:
+            os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
 
 
 def reference_matmul(wl: Workload, a: np.ndarray, b: np.ndarray) -> np.ndarray:

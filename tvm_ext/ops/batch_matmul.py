@@ -6,7 +6,7 @@ parallel, with TVM <= 0.19's 2-way knobs tile_y = [yo, yi], tile_x = [xo, xi], t
 from __future__ import annotations
 
 from ..template import Template, register_template
-from . import gemm_x86
+from . import gemm_cuda, gemm_x86
 
 
 def _x86_compute(wl, cfg):
@@ -31,3 +31,13 @@ register_template(Template(
     name="batch_matmul.x86", op="batch_matmul", target_kind="llvm",
     compute=_x86_compute, schedule=_x86_schedule, fallback=_x86_fallback,
     check=lambda wl, facts: None, dtypes=("float32", "float64")))
+
+
+# ---- batch_matmul.cuda: CUDA cores, TOPI structure (see gemm_cuda) ----
+
+
+register_template(Template(
+    name="batch_matmul.cuda", op="batch_matmul", target_kind="cuda",
+    compute=lambda wl, cfg: gemm_cuda.simt_gemm_compute(wl), schedule=gemm_cuda.schedule_from_config,
+    fallback=lambda space, wl, facts: gemm_cuda.fallback_tiles(wl, facts),
+    check=lambda wl, facts: None, dtypes=("float32", "float16")))

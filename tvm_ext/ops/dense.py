@@ -7,7 +7,7 @@ tile_y = [yt, yo, yi], tile_x = [xt, xo, xi], tile_k = [ko, ki], tile_inner. The
 from __future__ import annotations
 
 from ..template import Template, register_template
-from . import gemm_x86
+from . import gemm_cuda, gemm_x86
 
 
 def _x86_compute(wl, cfg):
@@ -29,3 +29,13 @@ register_template(Template(
     name="dense_pack.x86", op="dense", target_kind="llvm",
     compute=_x86_compute, schedule=_x86_schedule, fallback=_x86_fallback,
     check=lambda wl, facts: None, dtypes=("float32", "float64")))
+
+
+# ---- dense_large_batch.cuda: the SIMT GEMM of gemm_cuda without the batch ----
+
+
+register_template(Template(
+    name="dense_large_batch.cuda", op="dense", target_kind="cuda",
+    compute=lambda wl, cfg: gemm_cuda.simt_gemm_compute(wl), schedule=gemm_cuda.schedule_from_config,
+    fallback=lambda space, wl, facts: gemm_cuda.fallback_tiles(wl, facts),
+    check=lambda wl, facts: None, dtypes=("float32", "float16")))

@@ -1,0 +1,66 @@
+"""CUDA templates: CUDA source for sm_80 and sm_90 that nvcc compiles (no GPU needed), over
+sampled configs of every space; numerics on a GPU (``-m gpu``) for every layout and dtype."""
+import shutil
+
+import numpy as np
+import pytest
+
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task, reference_matmul, tolerance
+from tvm_ext.workload import Workload
+
+CASES = [("batch_matmul", (2, 64, 128, 32)), ("dense", (64, 96, 64))]
+
+
+def _sample(task, n, seed):
+    rng = np.random.default_rng(seed)
+    valid = list(task.space.valid_indices(limit=5000))
+    return [task.fallback_config()] + [task.config(int(i)) for i in
+                                       rng.choice(valid, size=n, replace=False)]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("op,shape", CASES)
+def test_codegen_compiles_with_nvcc(arch, op, shape):
+    from tvm.support import nvcc
+    target = cuda_target(arch)
+    for seed, (dtype, layout) in enumerate([("float32", "NT"), ("float16", "NN"),
+                                            ("float32", "TN")]):
+        wl = Workload.create(op, shape, dtype, layout=layout)
+        task = Task(wl, target)
+        for cfg in _sample(task, 2, seed):
+            assert task.space.is_valid(cfg) or cfg.is_fallback
+            src = task.build(cfg).mod.imports[0].inspect_source()
+            assert "__global__" in src and "__shared__" in src
+            with target:
+                cubin = nvcc.compile_cuda(src, target_format="cubin", arch=arch,
+                                          compiler="nvcc")
+            assert len(cubin) > 1000, cfg
+
+
+def test_space_prunes_over_the_limits():
+    task = Task(Workload.create("batch_matmul", (4, 256, 256, 256)), cuda_target("sm_90"))
+    for i in list(task.space.valid_indices(limit=300)):
+        c = task.space.get(i)
+        threads = c["tile_y"].size[1] * c["tile_x"].size[1]
+        assert 32 <= threads <= 1024
+        assert c["tile_y"].size[2] * c["tile_x"].size[2] <= 128
+    assert task.space.is_valid(task.fallback_config())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,shape", CASES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_numerics_on_gpu(op, shape, dtype, layout):
+    import tvm
+    from tvm_ext.dispatch import Choice, Kernel
+    wl = Workload.create(op, shape, dtype, layout=layout)
+    task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")))
+    rng = np.random.default_rng(hash((op, dtype, layout)) % 1000)
+    a, b = task.random_inputs(rng)
+    ref = reference_matmul(wl, a, b)
+    for cfg in _sample(task, 2, 1):
+        kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
+        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))

@@ -1,0 +1,322 @@
+"""``python -m tvm_ext.bench``: tuned kernels against the vendor library, in one process.
+
+    python -m tvm_ext.bench --suite cpu                      # shipped log logs/llvm_x86.json
+    python -m tvm_ext.bench --suite cpu --tune 64 --log my.json   # tune first, then measure
+    python -m tvm_ext.bench --suite cpu --quick              # tiny shapes (CI smoke run)
+
+CPU: numpy (``np.matmul``, whatever BLAS numpy was built with) vs tvm_ext's kernel built under
+``apply_history_best(log)``. Each side: one warm-up, then ``--repeat`` timed runs; the median is
+reported with the spread (min-max). ratio = numpy time / tvm_ext time (> 1: tvm_ext is faster).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, List, Optional
+
+import numpy as np
+
+from .errors import TvmExtError
+from .space import data_dir
+from .workload import Workload
+
+PROG = "tvm_ext.bench"
+
+
+@dataclass
+class Row:
+    name: str
+    flop: float
+    ref_ms: float
+    ref_spread: str
+    ours_ms: float
+    ours_spread: str
+    tuned: str
+
+    @property
+    def ratio(self) -> float:
+        return self.ref_ms / self.ours_ms
+
+
+def _time(fn: Callable[[], None], repeat: int, min_s: float = 0.05) -> List[float]:
+    """Seconds per call: each sample runs ``fn`` enough times to last ``min_s``."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    number = max(1, int(min_s / once))
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t0) / number)
+    return samples
+
+
+def _ms(samples):
+    s = np.asarray(samples) * 1e3
+    return float(np.median(s)), f"{s.min():.3f}-{s.max():.3f}"
+
+
+# The CPU suite (issue: batch_matmul 24x2048x512x64 NT, dense 128x768 -> 3072, and the MLP
+# chain 1024x2048 . 2048x1024 -> exp -> . 1024x3072).
+CPU_SUITE = {
+    "bmm": Workload.create("batch_matmul", (24, 2048, 512, 64), layout="NT"),
+    "dense": Workload.create("dense", (128, 3072, 768), layout="NT"),
+    "chain_mm1": Workload.create("dense", (1024, 1024, 2048), layout="NN"),
+    "chain_mm2": Workload.create("dense", (1024, 3072, 1024), layout="NN"),
+}
+CPU_QUICK = {
+    "bmm": Workload.create("batch_matmul", (2, 64, 64, 32), layout="NT"),
+    "dense": Workload.create("dense", (16, 64, 32), layout="NT"),
+    "chain_mm1": Workload.create("dense", (32, 32, 64), layout="NN"),
+    "chain_mm2": Workload.create("dense", (32, 48, 32), layout="NN"),
+}
+
+
+def _exp_kernel(shape, target):
+    """exp over a 2-D float32 tensor, parallel over rows and vectorised (the chain's epilogue,
+    left unfused: a separate pass over the intermediate)."""
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te  # noqa: PLC0415
+    X = te.placeholder(shape, "float32", name="X")
+    Y = te.compute(shape, lambda i, j: te.exp(X[i, j]), name="Y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
+    i, j = sch.get_loops(sch.get_sblock("Y"))
+    jo, ji = sch.split(j, [None, 16])
+    sch.parallel(i)
+    sch.vectorize(ji)
+    return tvm.compile(sch.mod, target=target)
+
+
+def tune_suite(suite, target, log: str, trials: int, seed: int = 0):
+    from . import record  # noqa: PLC0415
+    from .measure import LocalMeasurer  # noqa: PLC0415
+    from .task import Task  # noqa: PLC0415
+    from .tuner import make_tuner, tune  # noqa: PLC0415
+    for name, wl in suite.items():
+        task = Task(wl, target)
+        s = tune(task, make_tuner("random", task.space, seed=seed), LocalMeasurer(),
+                 n_trial=trials, callbacks=[record.LogWriter(log)])
+        print(f"tuned {name}: {wl}: {s.trials} trials, best {s.best_gflops:.1f} GFLOP/s "
+              f"({s.elapsed:.0f}s)", flush=True)
+
+
+def run_cpu(suite, log: Optional[str], repeat: int) -> List[Row]:
+    import tvm  # noqa: PLC0415
+    import tvm_ext  # noqa: PLC0415
+    from .target import host_cpu_target  # noqa: PLC0415
+    target = host_cpu_target()
+    dev = tvm.cpu(0)
+    rng = np.random.default_rng(0)
+    logs = [log] if log and os.path.exists(log) else []
+    rows, kernels = [], {}
+    with tvm_ext.apply_history_best(logs) as ctx:
+        for name, wl in suite.items():
+            kernels[name] = tvm_ext.build(wl, target)
+    print(ctx.report)
+
+    def tvm_args(wl, a, b):
+        return (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
+                tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev))
+
+    for name in ("bmm", "dense"):
+        wl, k = suite[name], kernels[name]
+        a, b = k.task.random_inputs(rng)
+        a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
+        b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b  # a view: numpy's own NT path
+        ref = _ms(_time(lambda: np.matmul(a_mk, b_kn), repeat))
+        args = tvm_args(wl, a, b)
+        k(*args)
+        np.testing.assert_allclose(args[2].numpy(), np.matmul(a_mk, b_kn), rtol=1e-3, atol=1e-3)
+        ours = _ms(_time(lambda: k(*args), repeat))
+        rows.append(Row(f"{name} {wl}", wl.flop, *ref, *ours,
+                        "tuned" if k.choice.tuned else "fallback"))
+
+    # The chain X . W1 -> exp -> . W2 (both matmuls tuned, exp a separate vectorised kernel).
+    w1, w2 = suite["chain_mm1"], suite["chain_mm2"]
+    x = rng.uniform(-1, 1, (w1.M, w1.K)).astype("float32") / np.sqrt(w1.K)
+    m1 = rng.uniform(-1, 1, (w1.K, w1.N)).astype("float32")
+    m2 = rng.uniform(-1, 1, (w2.K, w2.N)).astype("float32")
+    ref = _ms(_time(lambda: np.exp(x @ m1) @ m2, repeat))
+    exp_k = _exp_kernel((w1.M, w1.N), target)
+    tx, tm1, tm2 = (tvm.runtime.tensor(v, dev) for v in (x, m1, m2))
+    h = tvm.runtime.empty((w1.M, w1.N), "float32", dev)
+    e = tvm.runtime.empty((w1.M, w1.N), "float32", dev)
+    out = tvm.runtime.empty((w2.M, w2.N), "float32", dev)
+    k1, k2, fexp = kernels["chain_mm1"], kernels["chain_mm2"], exp_k.mod["main"]
+
+    def chain():
+        k1(tx, tm1, h)
+        fexp(h, e)
+        k2(e, tm2, out)
+
+    chain()
+    np.testing.assert_allclose(out.numpy(), np.exp(x @ m1) @ m2, rtol=1e-3, atol=1e-2)
+    ours = _ms(_time(chain, repeat))
+    tuned = "tuned" if k1.choice.tuned and k2.choice.tuned else "fallback"
+    rows.append(Row(f"chain {w1.M}x{w1.K}.{w1.K}x{w1.N} -> exp -> .{w2.K}x{w2.N}",
+                    w1.flop + w2.flop, *ref, *ours, tuned))
+    return rows
+
+
+# The GPU suite of the CUDA-core templates (cuBLAS through torch, TF32 off for float32).
+GPU_SUITE = {
+    "bmm": Workload.create("batch_matmul", (24, 16384, 512, 64), layout="NT"),
+    "mm1024": Workload.create("dense", (1024, 1024, 1024), layout="NN"),
+    "mm8192": Workload.create("dense", (8192, 8192, 8192), layout="NN"),
+    "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
+    "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
+}
+
+
+def _dlight_kernel(wl, target):
+    """TVM 0.27's own default: dlight's GPU rules on the unscheduled compute."""
+    import tvm  # noqa: PLC0415
+    from tvm import te  # noqa: PLC0415
+    from tvm.s_tir import dlight as dl  # noqa: PLC0415
+    from .ops.gemm_cuda import simt_gemm_compute  # noqa: PLC0415
+    from .task import ensure_cuda_compiler  # noqa: PLC0415
+    mod = tvm.IRModule({"main": te.create_prim_func(simt_gemm_compute(wl))})
+    with target:
+        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Fallback())(mod)
+    ensure_cuda_compiler()
+    return tvm.compile(mod, target=target)
+
+
+def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
+    """cuBLAS (torch) vs dlight vs tvm_ext fallback vs tvm_ext tuned, per workload."""
+    import torch  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+    import tvm_ext  # noqa: PLC0415
+    from .target import default_target  # noqa: PLC0415
+    from .task import Task, reference_matmul, tolerance  # noqa: PLC0415
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    target = default_target()
+    dev = tvm.cuda(0)
+    rng = np.random.default_rng(0)
+    rows = []
+    logs = [log] if log and os.path.exists(log) else []
+    for name, wl in suite.items():
+        task = Task(wl, target)
+        a, b = task.random_inputs(rng)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
+        b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def torch_time():
+            samples = []
+            for _ in range(3):
+                torch.matmul(a_mk, b_kn)
+            for _ in range(repeat):
+                start.record()
+                for _ in range(10):
+                    torch.matmul(a_mk, b_kn)
+                end.record()
+                torch.cuda.synchronize()
+                samples.append(start.elapsed_time(end) / 10 / 1e3)
+            return samples
+
+        ref_ms = _ms(torch_time())
+        args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev))
+        expect = reference_matmul(wl, a, b)
+
+        def tvm_ms(ex, label):
+            out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
+            ex.mod["main"](*args, out)
+            dev.sync()
+            ok = np.allclose(out.numpy().astype(expect.dtype), expect, *tolerance(wl))
+            timer = ex.mod.time_evaluator("main", dev, number=10, repeat=repeat)
+            res = _ms(timer(*args, out).results)
+            print(f"  {name} {label}: {res[0]:.4f} ms  numerics {'ok' if ok else 'WRONG'}",
+                  flush=True)
+            return res if ok else (float("inf"), "wrong answer")
+
+        try:
+            dl = tvm_ms(_dlight_kernel(wl, target), "dlight")
+        except Exception as err:  # noqa: BLE001  (dlight may not schedule a workload)
+            print(f"  {name} dlight failed: {str(err).splitlines()[-1][:100]}")
+            dl = (float("nan"), "-")
+        fb = tvm_ms(task.build(task.fallback_config()), "fallback")
+        with tvm_ext.apply_history_best(logs):
+            k = tvm_ext.build(wl, target)
+        tuned = tvm_ms(k.executable, "tuned" if k.choice.tuned else "fallback (no record)")
+        for label, res in (("dlight", dl), ("fallback", fb),
+                           ("tuned" if k.choice.tuned else "untuned", tuned)):
+            rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *ref_ms, *res, k.choice.template))
+    return rows
+
+
+def _blas_info() -> str:
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]
+        name = f"{blas.get('name')} {blas.get('version', '')}".strip()
+    except Exception:  # noqa: BLE001  (older numpy)
+        name = "unknown BLAS"
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    return name + (f", OPENBLAS_CORETYPE={core}" if core else ", OPENBLAS_CORETYPE unset")
+
+
+def print_table(rows: List[Row], ref_name: str):
+    print(f"{'workload':<58} {ref_name + ' ms':>10} {'tvm_ext ms':>11} {'ratio':>6} "
+          f"{'GFLOP/s':>8}  spread (ref | ours)")
+    for r in rows:
+        gf = r.flop / r.ours_ms / 1e6
+        print(f"{r.name:<58} {r.ref_ms:>10.3f} {r.ours_ms:>11.3f} {r.ratio:>6.2f} {gf:>8.1f}  "
+              f"{r.ref_spread} | {r.ours_spread} ({r.tuned})")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
+    p.add_argument("--suite", default="cpu", help="cpu (vs numpy) or gpu (vs cuBLAS and dlight)")
+    p.add_argument("--log", help="tuned log to apply (default: the shipped logs/llvm_x86.json)")
+    p.add_argument("--tune", type=int, default=0, metavar="N",
+                   help="tune each workload for N trials into --log first")
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="tiny shapes (a smoke run)")
+    p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--only", nargs="*", help="only these workloads of the suite (by key)")
+    args = p.parse_args(argv)
+    try:
+        if args.suite not in ("cpu", "gpu"):
+            raise TvmExtError(f"unknown suite '{args.suite}' (known: cpu, gpu)")
+        from .target import default_target, describe, host_cpu_target  # noqa: PLC0415
+        if args.suite == "gpu":
+            suite = {k: v for k, v in GPU_SUITE.items() if not args.only or k in args.only}
+            log = args.log or str(data_dir("logs") / "cuda_sm90.json")
+            target = default_target()
+        else:
+            suite = CPU_QUICK if args.quick else CPU_SUITE
+            log = args.log or str(data_dir("logs") / "llvm_x86.json")
+            target = host_cpu_target()
+        if args.tune:
+            tune_suite(suite, target, log, args.tune)
+        rows = run_gpu(suite, log, args.repeat) if args.suite == "gpu" else \
+            run_cpu(suite, log, args.repeat)
+    except TvmExtError as err:
+        sys.stderr.write(f"{PROG}: error: {err}\n")
+        return 2
+    if args.suite == "gpu":
+        import tvm  # noqa: PLC0415
+        print(f"device: {tvm.cuda(0).device_name} ({describe(target)}); log: {log}")
+        print_table(rows, "cuBLAS")
+    else:
+        print(f"device: {describe(target)}, {os.cpu_count()} cores; numpy: "
+              f"{_blas_info()}; log: {log}")
+        print_table(rows, "numpy")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{**asdict(r), "ratio": r.ratio} for r in rows], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The CUDA-core (SIMT) GEMM shared by ``batch_matmul.cuda`` and ``dense_large_batch.cuda``.
+
+TOPI's structure (TVM <= 0.19 batch_matmul.cuda), in TensorIR:
+
+- grid: blockIdx.z = batch, blockIdx.y / blockIdx.x = tiles of M / N;
+  block: threadIdx.y x threadIdx.x threads, each owning a yi x xi register tile;
+- per ``ko`` step, A and B tiles of ``ki`` depth are staged in shared memory by all threads
+  (fused, split over the threads, vectorised by ``vec`` so a thread issues 16-byte loads),
+  rows padded by ``offset`` elements against bank conflicts (``storage_align``);
+- per ``ki`` step each thread loads its yi values of A and xi of B into registers and does
+  yi * xi FMAs; the accumulators are written back once;
+- ``double_buffer`` = 1 pipelines the shared-memory stage: the next ``ko`` tile is fetched
+  while the current one is computed (TIR software pipelining, two stages);
+- ``auto_unroll_max_step`` / ``unroll_explicit`` as TOPI (pragma on the outer loop).
+
+Knobs (TOPI names): tile_y = [by, ty, yi], tile_x = [bx, tx, xi], tile_k = [ko, ki],
+auto_unroll_max_step, unroll_explicit; new: vec, offset, double_buffer.
+"""
+from __future__ import annotations
+
+
+def simt_gemm_compute(wl):
+    """TE tensors [A, B, C]; accumulation in out_dtype."""
+    from tvm import te  # noqa: PLC0415
+
+    batched = wl.op != "dense"
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    lead = (lambda b: (b,)) if batched else (lambda b: ())
+    k = te.reduce_axis((0, wl.K), name="k")
+    out = wl.out_dtype
+
+    def body(b, i, j):
+        a = A[lead(b) + ((k, i) if wl.transpose_a else (i, k))]
+        bb = B[lead(b) + ((j, k) if wl.transpose_b else (k, j))]
+        return te.sum(a.astype(out) * bb.astype(out), axis=k)
+
+    if batched:
+        C = te.compute(wl.out_shape, lambda b, i, j: body(b, i, j), name="C")
+    else:
+        C = te.compute(wl.out_shape, lambda i, j: body(0, i, j), name="C")
+    return [A, B, C]
+
+
+def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
+                       auto_unroll=64, unroll_explicit=1, double_buffer=0):
+    _, ty_n, yi_n = tile_y
+    _, tx_n, xi_n = tile_x
+    ki_n = tile_k[-1]
+    c = sch.get_sblock("C")
+    loops = sch.get_loops(c)
+    batch_loops = list(loops[:-3])
+    i, j, k = loops[-3:]
+    by, ty, yi = sch.split(i, [None, ty_n, yi_n])
+    bx, tx, xi = sch.split(j, [None, tx_n, xi_n])
+    ko, ki = sch.split(k, [None, ki_n])
+    sch.reorder(*batch_loops, by, bx, ty, tx, ko, ki, yi, xi)
+    if batch_loops:
+        sch.bind(batch_loops[0], "blockIdx.z")
+    sch.bind(by, "blockIdx.y")
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    acc = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(acc, tx)
+    # Shared-memory staging of the A and B tiles of one ko step, loaded by all threads.
+    for idx in (0, 1):
+        sh = sch.cache_read(c, idx, "shared")
+        sch.compute_at(sh, ko)
+        inner = sch.get_loops(sh)[-2:]
+        fused = sch.fuse(*inner)
+        _, f_ty, f_tx, f_v = sch.split(fused, [None, ty_n, tx_n, vec])
+        sch.bind(f_ty, "threadIdx.y")
+        sch.bind(f_tx, "threadIdx.x")
+        sch.vectorize(f_v)
+        if offset:
+            sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
+    # Register copies of A and B per ki step.
+    for idx in (0, 1):
+        loc = sch.cache_read(c, idx, "local")
+        sch.compute_at(loc, ki)
+    sch.annotate(by, "pragma_auto_unroll_max_step", auto_unroll)
+    sch.annotate(by, "pragma_unroll_explicit", unroll_explicit)
+    if double_buffer:
+        # Stages: shared loads of tile ko+1 (stage 0) overlap the compute of tile ko (stage 1).
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+    sch.decompose_reduction(c, ko)
+
+
+def schedule_from_config(sch, cfg, wl, facts):
+    schedule_simt_gemm(
+        sch, wl, cfg["tile_y"].size, cfg["tile_x"].size, cfg["tile_k"].size,
+        vec=cfg["vec"].val, offset=cfg["offset"].val,
+        auto_unroll=cfg["auto_unroll_max_step"].val, unroll_explicit=cfg["unroll_explicit"].val,
+        double_buffer=cfg["double_buffer"].val)
+
+
+def fallback_tiles(wl, facts):
+    """Untuned tiles from hardware facts: 256 threads (16x16) per block and the largest
+    register tile (8x8 down to 1x1) whose grid still gives every SM a block; k depth 8 (16 for
+    2-byte types: 32 bytes per row); 16-byte shared loads where the tile allows."""
+    from .gemm_x86 import largest_factor  # noqa: PLC0415
+    sms = facts["num_sms"]
+    ty = largest_factor(wl.M, 16)
+    tx = largest_factor(wl.N, 16)
+    yi = xi = 1
+    for y, x in ((8, 8), (8, 4), (4, 4), (4, 2), (2, 2), (2, 1), (1, 1)):
+        if wl.M % (ty * y) or wl.N % (tx * x):
+            continue
+        blocks = wl.batch * (wl.M // (ty * y)) * (wl.N // (tx * x))
+        if blocks >= sms or (y, x) == (1, 1):
+            yi, xi = y, x
+            break
+    ki = largest_factor(wl.K, 16 if facts["dtype_bytes"] <= 2 else 8)
+    vec = 16 // facts["dtype_bytes"]
+    while vec > 1 and not vec_ok(wl, [-1, ty, yi], [-1, tx, xi], ki, vec):
+        vec //= 2
+    return {"tile_y": [-1, ty, yi], "tile_x": [-1, tx, xi], "tile_k": [-1, ki],
+            "auto_unroll_max_step": 512, "unroll_explicit": 1, "vec": vec, "offset": 0,
+            "double_buffer": 0}
+
+
+def inner_extents(wl, tile_y, tile_x, ki):
+    """Contiguous extent of the A and B shared tiles (what a vector load may span)."""
+    rows = tile_y[1] * tile_y[2]
+    cols = tile_x[1] * tile_x[2]
+    return (rows if wl.transpose_a else ki), (ki if wl.transpose_b else cols)
+
+
+def vec_ok(wl, tile_y, tile_x, ki, vec):
+    threads = tile_y[1] * tile_x[1]
+    a_in, b_in = inner_extents(wl, tile_y, tile_x, ki)
+    a_all = tile_y[1] * tile_y[2] * ki
+    b_all = tile_x[1] * tile_x[2] * ki
+    return vec == 1 or (a_in % vec == 0 and b_in % vec == 0 and a_all % (threads * vec) == 0
+                        and b_all % (threads * vec) == 0)
