@@ -103,7 +103,7 @@ def fallback_tiles(wl, facts):
     from .gemm_x86 import largest_factor  # noqa: PLC0415
     sms = facts["num_sms"]
     ty = largest_factor(wl.M, 16)
-    tx = largest_factor(wl.N, 16)
+    tx = largest_factor(wl.N, 256 // ty)  # small M (gemv-like): the threads go along N
     yi = xi = 1
     for y, x in ((8, 8), (8, 4), (4, 4), (4, 2), (2, 2), (2, 1), (1, 1)):
         if wl.M % (ty * y) or wl.N % (tx * x):
