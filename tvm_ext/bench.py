@@ -140,7 +140,7 @@ def run_cpu(suite, log: Optional[str], repeat: int) -> List[Row]:
 
     # The chain X . W1 -> exp -> . W2 (both matmuls tuned, exp a separate vectorised kernel).
     w1, w2 = suite["chain_mm1"], suite["chain_mm2"]
-    x = rng.uniform(-1, 1, (w1.M, w1.K)).astype("float32") / np.sqrt(w1.K)
+    x = (rng.uniform(-1, 1, (w1.M, w1.K)) / np.sqrt(w1.K)).astype("float32")
     m1 = rng.uniform(-1, 1, (w1.K, w1.N)).astype("float32")
     m2 = rng.uniform(-1, 1, (w2.K, w2.N)).astype("float32")
     ref = _ms(_time(lambda: np.exp(x @ m1) @ m2, repeat))
@@ -195,7 +195,7 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
     import tvm  # noqa: PLC0415
     import tvm_ext  # noqa: PLC0415
     from .target import default_target  # noqa: PLC0415
-    from .task import Task, reference_matmul, tolerance  # noqa: PLC0415
+    from .task import InstantiationError, Task, reference_matmul, tolerance  # noqa: PLC0415
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     target = default_target()
@@ -244,7 +244,11 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
         except Exception as err:  # noqa: BLE001  (dlight may not schedule a workload)
             print(f"  {name} dlight failed: {str(err).splitlines()[-1][:100]}")
             dl = (float("nan"), "-")
-        fb = tvm_ms(task.build(task.fallback_config()), "fallback")
+        try:
+            fb = tvm_ms(task.build(task.fallback_config()), "fallback")
+        except InstantiationError as err:
+            print(f"  {name} fallback failed: {err}")
+            fb = (float("nan"), "-")
         with tvm_ext.apply_history_best(logs):
             k = tvm_ext.build(wl, target)
         tuned = tvm_ms(k.executable, "tuned" if k.choice.tuned else "fallback (no record)")

@@ -67,8 +67,9 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
     for idx in (0, 1):
         sh = sch.cache_read(c, idx, "shared")
         sch.compute_at(sh, ko)
-        inner = sch.get_loops(sh)[-2:]
-        fused = sch.fuse(*inner)
+        # Loops of extent 1 vanish at compute_at: fuse whatever is left below ko.
+        inner = sch.get_loops(sh)[len(batch_loops) + 5:]  # below [batch], by, bx, ty, tx, ko
+        fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
         _, f_ty, f_tx, f_v = sch.split(fused, [None, ty_n, tx_n, vec])
         sch.bind(f_ty, "threadIdx.y")
         sch.bind(f_tx, "threadIdx.x")
