@@ -1,7 +1,6 @@
 """The tutorials run (with a tiny budget) and do what they say."""
 import os
 import runpy
-import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -14,7 +14,7 @@ import contextvars
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from . import record as rec
 from .space import ConfigEntity
 from .target import parse_target
 from .task import Task
-from .template import templates_for
+from .template import all_templates, templates_for
 from .workload import Workload
 
 logger = logging.getLogger("tvm_ext")
@@ -78,6 +78,11 @@ class ApplyHistoryBest:
                 self.records.append(item)
             else:
                 self.records.extend(rec.load(item))
+        # Records of templates this version does not have (e.g. dense_nopack.x86 from an old
+        # AutoTVM log) cannot be replayed; they are set aside and counted, not fatal.
+        known = {t.name for t in all_templates()}
+        self.unknown_template = sum(r.task_name not in known for r in self.records)
+        self.records = [r for r in self.records if r.task_name in known]
         self.report = ApplyReport()
         self._token = None
 

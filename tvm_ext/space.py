@@ -25,7 +25,7 @@ import math
 import operator
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -722,7 +722,3 @@ def build_space(spec: Mapping[str, Any], axes: Mapping[str, int],
 def knob_defaults(spec: Mapping[str, Any]) -> Dict[str, Any]:
     """Values of knobs that a spec leaves out (through ``when``) or marks with a default."""
     return {k["name"]: k["default"] for k in spec["knobs"] if "default" in k}
-
-
-def iter_knob_names(spec: Mapping[str, Any]) -> Iterable[str]:
-    return (k["name"] for k in spec["knobs"])

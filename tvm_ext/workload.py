@@ -136,10 +136,8 @@ class Workload:
     def from_args(op: str, args: Sequence[Any]) -> "Workload":
         """Parse an AutoTVM args tuple (any of the historical forms)."""
         try:
-            if op == "batch_matmul":
-                return _bmm_from_args(args)
-            if op == "dense":
-                return _dense_from_args(args)
+            if op in OPS:
+                return _matmul_from_args(op, args)
         except (TypeError, ValueError, IndexError, KeyError) as err:
             if isinstance(err, WorkloadError):
                 raise
@@ -153,37 +151,22 @@ def _tensor(t) -> Tuple[Tuple[int, ...], str]:
     return tuple(int(x) for x in t[1]), str(t[2])
 
 
-def _bmm_from_args(args) -> Workload:
-    (sa, da), (sb, db) = _tensor(args[0]), _tensor(args[1])
+def _matmul_from_args(op: str, args) -> Workload:
+    (sa, da), (sb, _) = _tensor(args[0]), _tensor(args[1])
     out_dtype = args[3] if len(args) > 3 and args[3] else da
     ta = bool(args[4]) if len(args) > 4 else False
     tb = bool(args[5]) if len(args) > 5 else True
-    if len(sa) != 3 or len(sb) != 3:
-        raise WorkloadError(f"batch_matmul needs 3-D tensors, got {sa} and {sb}")
-    batch = max(sa[0], sb[0])
-    M, K = (sa[2], sa[1]) if ta else (sa[1], sa[2])
-    N, Kb = (sb[1], sb[2]) if tb else (sb[2], sb[1])
+    ndim = 3 if op == "batch_matmul" else 2
+    if len(sa) != ndim or len(sb) != ndim:
+        raise WorkloadError(f"{op} needs {ndim}-D tensors, got {sa} and {sb}")
+    M, K = (sa[-1], sa[-2]) if ta else (sa[-2], sa[-1])
+    N, Kb = (sb[-2], sb[-1]) if tb else (sb[-1], sb[-2])
     if K != Kb:
-        raise WorkloadError(f"batch_matmul reduction sizes differ: {sa} vs {sb}")
-    if sa[0] != sb[0]:
+        raise WorkloadError(f"{op} reduction sizes differ: {sa} vs {sb}")
+    if ndim == 3 and sa[0] != sb[0]:
         raise WorkloadError(f"batch_matmul with a broadcast batch ({sa[0]} vs {sb[0]}) "
                             "is not supported")
-    return Workload("batch_matmul", batch, M, N, K, da, out_dtype,
-                    ("T" if ta else "N") + ("T" if tb else "N"))
-
-
-def _dense_from_args(args) -> Workload:
-    (sa, da), (sb, db) = _tensor(args[0]), _tensor(args[1])
-    out_dtype = args[3] if len(args) > 3 and args[3] else da
-    ta = bool(args[4]) if len(args) > 4 else False
-    tb = bool(args[5]) if len(args) > 5 else True
-    if len(sa) != 2 or len(sb) != 2:
-        raise WorkloadError(f"dense needs 2-D tensors, got {sa} and {sb}")
-    M, K = (sa[1], sa[0]) if ta else sa
-    N, Kb = sb if tb else (sb[1], sb[0])
-    if K != Kb:
-        raise WorkloadError(f"dense reduction sizes differ: {sa} vs {sb}")
-    return Workload("dense", 1, M, N, K, da, out_dtype,
+    return Workload(op, sa[0] if ndim == 3 else 1, M, N, K, da, out_dtype,
                     ("T" if ta else "N") + ("T" if tb else "N"))
 
 
