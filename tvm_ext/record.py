@@ -52,6 +52,10 @@ class Record:
 
 def op_of_task(task_name: str) -> str:
     """'dense_pack.x86' -> 'dense', 'batch_matmul_tensorcore.cuda' -> 'batch_matmul'."""
+    from .template import registered  # noqa: PLC0415
+    template = registered(task_name)
+    if template is not None:
+        return template.op
     base = task_name.split(".")[0]
     if base.startswith("batch_matmul"):
         return "batch_matmul"

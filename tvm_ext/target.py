@@ -139,8 +139,7 @@ def target_info(target: Union[str, Dict[str, Any], Any]) -> Dict[str, Any]:
 
 def target_str(target) -> str:
     """The target as written into records (TVM 0.27's JSON form)."""
-    return json.dumps(dict(target.export()), sort_keys=True, default=str) \
-        if not isinstance(target, str) else target
+    return target if isinstance(target, str) else str(target)  # str(Target) is its JSON
 
 
 def target_matches(record_target, target) -> bool:

@@ -89,6 +89,11 @@ class Task:
             ensure_cuda_compiler()
         return tvm.compile(mod, target=self.target)
 
+    def loop_features(self, index: int):
+        """Loop-structure features of a config's scheduled TensorIR (for cost models)."""
+        from .tuner.features import loop_features  # noqa: PLC0415
+        return loop_features(self.instantiate(self.space.get(index)))
+
     # ---- data for measurement and checks ----
     def random_inputs(self, rng: np.random.Generator) -> List[np.ndarray]:
         wl = self.workload

@@ -71,6 +71,11 @@ def get_template(name: str) -> Template:
             from None
 
 
+def registered(name: str) -> Optional[Template]:
+    _load_ops()
+    return _REGISTRY.get(name)
+
+
 def all_templates() -> List[Template]:
     _load_ops()
     return sorted(_REGISTRY.values(), key=lambda t: t.name)

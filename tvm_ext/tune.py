@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "when a GPU is visible, else the host CPU)")
     p.add_argument("--template", help="tune this template instead of the op's first")
     p.add_argument("--trials", type=int, default=32, help="configs to measure (default 32)")
-    p.add_argument("--tuner", default="random", help="random or grid (default random)")
+    p.add_argument("--tuner", default="random",
+                   help="random, grid, ga, xgb (rank loss) or xgb-reg (default random)")
     p.add_argument("--batch-size", type=int, default=8, help="configs per measure batch")
     p.add_argument("--early-stopping", type=int, help="stop after N trials without progress")
     p.add_argument("--log", help="log file to append to (default tvm_ext_logs/<op>.<target>"
@@ -54,9 +55,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="skip configs already in the log; measure --trials new ones")
     p.add_argument("--seed", type=int, default=0, help="tuner seed (default 0)")
+    p.add_argument("--transfer", nargs="*", metavar="LOG",
+                   help="warm-start the xgb tuner from these logs (same template, other shapes)")
     p.add_argument("--space", help="tuning-space JSON file replacing the shipped one")
     p.add_argument("--number", type=int, default=3, help="runs per timing repeat")
     p.add_argument("--repeat", type=int, default=3, help="timing repeats per config")
+    p.add_argument("--n-parallel", type=int, help="build worker processes (default: cores)")
+    p.add_argument("--build-timeout", type=float, default=60, help="seconds per build")
+    p.add_argument("--run-timeout", type=float, default=30, help="seconds per run")
+    p.add_argument("--devices", default="0",
+                   help="comma-separated GPU ids to measure on in parallel (default 0)")
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT",
+                   help="measure on the RPC servers registered with this tracker")
+    p.add_argument("--rpc-key", help="device key of the RPC servers")
+    p.add_argument("--cache-flush", action="store_true",
+                   help="flush the CPU caches before each timed run")
+    p.add_argument("--local", action="store_true",
+                   help="build and run in this process (no isolation; fastest start)")
     p.add_argument("--list-space", action="store_true", help="print the knobs and exit")
     p.add_argument("--dry-run", action="store_true",
                    help="show the task, the fallback and the first proposals; measure nothing")
@@ -148,6 +163,25 @@ def _join_values(argv: List[str]) -> List[str]:
     return out
 
 
+def _measurer(args):
+    from .measure import LocalMeasurer  # noqa: PLC0415
+    from .measure.pool import PoolMeasurer, RPCConfig  # noqa: PLC0415
+    if args.local:
+        return LocalMeasurer(number=args.number, repeat=args.repeat, seed=args.seed)
+    try:
+        devices = [int(d) for d in args.devices.split(",") if d.strip()]
+    except ValueError:
+        raise TvmExtError(f"--devices must be comma-separated integers, got '{args.devices}'")\
+            from None
+    rpc = RPCConfig.parse(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
+    if args.rpc_key and not args.rpc_tracker:
+        raise TvmExtError("--rpc-key needs --rpc-tracker host:port")
+    return PoolMeasurer(n_parallel=args.n_parallel, build_timeout=args.build_timeout,
+                        run_timeout=args.run_timeout, devices=devices or [0], rpc=rpc,
+                        number=args.number, repeat=args.repeat, seed=args.seed,
+                        cache_flush=args.cache_flush)
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(_join_values(list(sys.argv[1:] if argv is None
                                                        else argv)))
@@ -174,9 +208,14 @@ def run(argv: Optional[List[str]] = None) -> int:
         return 0
 
     log = Path(args.log) if args.log else default_log(wl.op, task.target)
-    from .tuner import make_tuner  # noqa: PLC0415
+    from .tuner import XGBTuner, make_tuner, warm_start  # noqa: PLC0415
     tuner = make_tuner(args.tuner, space, seed=args.seed)
+    if isinstance(tuner, XGBTuner):
+        tuner.loop_features = task.loop_features
     previous = []
+    for path in args.transfer or []:
+        n = warm_start(tuner, task, record.for_target(record.load(path), task.target))
+        print(f"transfer: {n} records of {task.name} for other workloads from {path}")
     if log.exists():
         records = record.load(log)  # corrupt middle line -> LogError, nothing written
         record.check_target(records, task.target, log)
@@ -201,15 +240,18 @@ def run(argv: Optional[List[str]] = None) -> int:
         print(f"would measure {args.trials} configs into {log}")
         return 0
 
-    from .measure import LocalMeasurer  # noqa: PLC0415
     from .tuner import tune  # noqa: PLC0415
+    measurer = _measurer(args)
     print(f"log: {log}")
     progress = Progress(args.trials, args.quiet)
-    measurer = LocalMeasurer(number=args.number, repeat=args.repeat, seed=args.seed)
-    summary = tune(task, tuner, measurer, n_trial=args.trials, batch_size=args.batch_size,
-                   early_stopping=args.early_stopping,
-                   callbacks=[record.LogWriter(log), progress])
-    progress.close()
+    try:
+        summary = tune(task, tuner, measurer, n_trial=args.trials, batch_size=args.batch_size,
+                       early_stopping=args.early_stopping,
+                       callbacks=[record.LogWriter(log), progress])
+    finally:
+        progress.close()
+        if hasattr(measurer, "close"):
+            measurer.close()
     print(f"measured {summary.trials} configs in {summary.elapsed:.1f}s "
           f"({summary.errors} failed) into {log}")
     best = record.best_for(record.load(log), wl, task.target)
