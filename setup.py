@@ -19,7 +19,8 @@ setup(
         # Needed by TVM at run time but not declared by its wheel.
         "psutil", "cloudpickle", "tornado",
     ],
-    extras_require={"test": ["pytest"]},
+    # matplotlib only draws the benchmark plots.
+    extras_require={"test": ["pytest"], "plot": ["matplotlib"]},
     # Spaces and shipped logs are data at the top of the repository; a non-editable install
     # puts them under <prefix>/share/tvm_ext (tvm_ext.space.data_dir finds either).
     data_files=[("share/tvm_ext/tuning_spaces", glob("tuning_spaces/*.json")),

@@ -79,3 +79,62 @@ def test_unknown_tuner():
     from tvm_ext.errors import TvmExtError
     with pytest.raises(TvmExtError, match="unknown tuner"):
         make_tuner("annealing", _space())
+
+
+# ---- the same contract against real costs, replayed from a small committed log ----
+import os  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def _replay_task():
+    from tvm_ext.task import Task
+    from tvm_ext.workload import Workload
+    return Task(Workload.create("batch_matmul", (2, 32, 32, 16)), "llvm",
+                space_file=os.path.join(DATA, "replay_space.json"))
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_contract_with_replay_runner(name):
+    from tvm_ext.measure.replay import ReplayMeasurer
+    task = _replay_task()
+    valid = set(task.space.valid_indices())
+    assert len(valid) == 84
+    runs = []
+    for _ in range(2):
+        m = ReplayMeasurer(os.path.join(DATA, "replay_bmm_x86.json"))
+        tuner = make_tuner(name, task.space, seed=11)
+        if name.startswith("xgb"):
+            tuner.loop_features = task.loop_features
+        seen = []
+        s = tune(task, tuner, m, n_trial=30, batch_size=6,
+                 callbacks=[lambda t, cfgs, res: seen.extend((c.index, r.error_no)
+                                                            for c, r in zip(cfgs, res))])
+        assert s.trials == 30 == m.calls
+        idx = [i for i, _ in seen]
+        assert len(set(idx)) == 30 and set(idx) <= valid
+        assert all(err == 0 for _, err in seen)  # every proposal was in the measured space
+        runs.append(idx)
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("name", sorted(TUNERS))
+def test_replay_space_smaller_than_budget(name):
+    from tvm_ext.measure.replay import ReplayMeasurer
+    task = _replay_task()
+    m = ReplayMeasurer(os.path.join(DATA, "replay_bmm_x86.json"))
+    s = tune(task, make_tuner(name, task.space, seed=0), m, n_trial=500, batch_size=16)
+    assert s.trials == 84 and s.errors == 0
+
+
+def test_xgb_transfer_is_used():
+    from tvm_ext import record
+    from tvm_ext.tuner import XGBTuner, warm_start
+    from tvm_ext.task import Task
+    from tvm_ext.workload import Workload
+    recs = record.load(os.path.join(DATA, "replay_bmm_x86.json"))
+    other = Task(Workload.create("batch_matmul", (2, 64, 32, 16)), "llvm",
+                 space_file=os.path.join(DATA, "replay_space.json"))
+    tuner = XGBTuner(other.space, seed=0)
+    assert warm_start(tuner, other, recs) == 84
+    assert len(tuner.ask(8)) == 8 and tuner.n_plans == 1  # the model planned from transfer data

@@ -258,6 +258,88 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
     return rows
 
 
+# The tuner comparison: best GFLOP/s against trials, replayed from a full measurement of the
+# batch_matmul.x86 space of TUNER_WORKLOAD (each tuner sees real costs; many seeds are cheap).
+TUNER_WORKLOAD = Workload.create("batch_matmul", (4, 256, 256, 256))
+TUNER_CHECKPOINTS = (8, 16, 32, 64, 128, 256)
+
+
+def run_tuners(space_log: str, transfer_logs: List[str], seeds=(0, 1, 2), budget=64,
+               random_budget=256, plot: Optional[str] = None):
+    from . import record  # noqa: PLC0415
+    from .measure.replay import ReplayMeasurer  # noqa: PLC0415
+    from .target import host_cpu_target  # noqa: PLC0415
+    from .task import Task  # noqa: PLC0415
+    from .tuner import XGBTuner, make_tuner, tune, warm_start  # noqa: PLC0415
+    task = Task(TUNER_WORKLOAD, host_cpu_target())
+    replay = ReplayMeasurer(space_log)
+    measured = [r for r in replay.records if r.key() == TUNER_WORKLOAD.key() and r.result.ok]
+    valid = sum(1 for _ in task.space.valid_indices())
+    if len(measured) < valid:
+        raise TvmExtError(f"{space_log} holds {len(measured)} of the {valid} valid configs of "
+                          f"{TUNER_WORKLOAD}: measure the whole space first (--tuner grid)")
+    optimum = max(TUNER_WORKLOAD.flop / r.result.mean / 1e9 for r in measured)
+    transfer = [r for p in transfer_logs for r in record.load(p)]
+    curves = {}
+    for label, name, n, use_transfer in (("random", "random", random_budget, False),
+                                         ("ga", "ga", budget, False),
+                                         ("xgb", "xgb", budget, False),
+                                         ("xgb+transfer", "xgb", budget, True)):
+        curves[label] = []
+        for seed in seeds:
+            tuner = make_tuner(name, task.space, seed=seed)
+            if isinstance(tuner, XGBTuner):
+                tuner.loop_features = task.loop_features
+            if use_transfer:
+                warm_start(tuner, task, transfer)
+            s = tune(task, tuner, replay, n_trial=n, batch_size=8)
+            curves[label].append(s.history)
+    print(f"tuners on {TUNER_WORKLOAD} ({valid} valid configs, space optimum "
+          f"{optimum:.1f} GFLOP/s), replayed from {space_log}; seeds {list(seeds)}")
+    print(f"{'tuner':<14}" + "".join(f"{'@' + str(c):>16}" for c in TUNER_CHECKPOINTS))
+    for label, hs in curves.items():
+        cells = []
+        for c in TUNER_CHECKPOINTS:
+            vals = [h[c - 1] for h in hs if len(h) >= c]
+            cells.append(f"{np.mean(vals):6.1f} ({min(vals):.0f}-{max(vals):.0f})" if vals
+                         else "-")
+        print(f"{label:<14}" + "".join(f"{x:>16}" for x in cells))
+    rnd256 = [h[min(len(h), random_budget) - 1] for h in curves["random"]]
+    for label in ("xgb", "xgb+transfer", "ga"):
+        at = [h[min(len(h), budget) - 1] for h in curves[label]]
+        print(f"{label} best after {budget} trials / random's best after {random_budget}: "
+              + ", ".join(f"{a / r:.3f}" for a, r in zip(at, rnd256)) + " (per seed)")
+    if plot:
+        _plot_tuners(curves, optimum, plot)
+    return curves
+
+
+def _plot_tuners(curves, optimum, path):
+    try:
+        import matplotlib  # noqa: PLC0415
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        print("matplotlib is not installed (pip install 'tvm_ext[plot]'): no plot written")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, hs in curves.items():
+        n = min(len(h) for h in hs)
+        arr = np.asarray([h[:n] for h in hs])
+        x = np.arange(1, n + 1)
+        ax.plot(x, arr.mean(0), label=label)
+        ax.fill_between(x, arr.min(0), arr.max(0), alpha=0.2)
+    ax.axhline(optimum, color="k", ls="--", lw=0.8, label="space optimum")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best GFLOP/s so far")
+    ax.set_title(f"tuners on {TUNER_WORKLOAD} (mean, min-max of seeds)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
 def _blas_info() -> str:
     try:
         cfg = np.show_config(mode="dicts")
@@ -280,7 +362,8 @@ def print_table(rows: List[Row], ref_name: str):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
-    p.add_argument("--suite", default="cpu", help="cpu (vs numpy) or gpu (vs cuBLAS and dlight)")
+    p.add_argument("--suite", default="cpu",
+                   help="cpu (vs numpy), gpu (vs cuBLAS and dlight) or tuners (tuner curves)")
     p.add_argument("--log", help="tuned log to apply (default: the shipped logs/llvm_x86.json)")
     p.add_argument("--tune", type=int, default=0, metavar="N",
                    help="tune each workload for N trials into --log first")
@@ -288,10 +371,16 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny shapes (a smoke run)")
     p.add_argument("--json", help="also write the rows to this JSON file")
     p.add_argument("--only", nargs="*", help="only these workloads of the suite (by key)")
+    p.add_argument("--transfer", nargs="*", help="tuners suite: logs for xgb+transfer")
+    p.add_argument("--plot", help="tuners suite: write the PNG plot here")
     args = p.parse_args(argv)
     try:
+        if args.suite == "tuners":
+            run_tuners(args.log or "tvm_ext_logs/space_4x256.json", args.transfer or [],
+                       plot=args.plot)
+            return 0
         if args.suite not in ("cpu", "gpu"):
-            raise TvmExtError(f"unknown suite '{args.suite}' (known: cpu, gpu)")
+            raise TvmExtError(f"unknown suite '{args.suite}' (known: cpu, gpu, tuners)")
         from .target import default_target, describe, host_cpu_target  # noqa: PLC0415
         if args.suite == "gpu":
             suite = {k: v for k, v in GPU_SUITE.items() if not args.only or k in args.only}

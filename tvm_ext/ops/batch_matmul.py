@@ -13,18 +13,26 @@ def _x86_compute(wl, cfg):
     return gemm_x86.packed_gemm_compute(wl, cfg["tile_x"].size[-1])
 
 
+def _knob(cfg, name, default):
+    return cfg[name].val if name in cfg else default
+
+
 def _x86_schedule(sch, cfg, wl, facts):
     yi = cfg["tile_y"].size[-1]
     xi = cfg["tile_x"].size[-1]
-    # One parallel task per (batch, column panel); the rows of a panel are walked inside it, so
-    # the packed panel is reused by every row tile.
-    gemm_x86.schedule_packed_gemm(sch, wl, tile_y=[1, wl.M // yi, yi], tile_x=[-1, 1, xi],
-                                  tile_k=cfg["tile_k"].size, inner=yi)
+    yt = _knob(cfg, "yt", 1)
+    inner = cfg["tile_inner"].size[-1] if "tile_inner" in cfg else yi
+    # One parallel task per (batch, column panel, yt row chunk); the rows of a chunk are walked
+    # inside the task, so the packed panel is reused by every row tile of the chunk.
+    gemm_x86.schedule_packed_gemm(sch, wl, tile_y=[yt, wl.M // yi // yt, yi],
+                                  tile_x=[-1, 1, xi], tile_k=cfg["tile_k"].size, inner=inner,
+                                  unroll_k=bool(_knob(cfg, "unroll_k", 1)))
 
 
 def _x86_fallback(space, wl, facts):
     t = gemm_x86.fallback_tiles(wl, facts)
-    return {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]], "tile_k": [-1, t["ki"]]}
+    return {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]], "tile_k": [-1, t["ki"]],
+            "yt": t["yt"], "tile_inner": [-1, t["yi"]], "unroll_k": 1}
 
 
 register_template(Template(

@@ -59,7 +59,7 @@ def packed_gemm_compute(wl, xi: int):
 
 
 def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
-                         tile_k: Sequence[int], inner: int):
+                         tile_k: Sequence[int], inner: int, unroll_k: bool = True):
     """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki]."""
     _, yo, yi = tile_y
     _, xo, xi = tile_x
@@ -85,7 +85,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     sch.compute_at(pack, outer)
     sch.vectorize(sch.get_loops(pack)[-1])
     sch.unroll(ii_o)
-    sch.unroll(kin)
+    if unroll_k:
+        sch.unroll(kin)
     sch.unroll(ii_i)
     sch.vectorize(ji)
     sch.decompose_reduction(c, ko)

@@ -102,7 +102,8 @@ class XGBTuner(Tuner):
 
     def _training_set(self, fea):
         y = np.asarray(self.ys, dtype=float)
-        y = y / max(y.max(), 1e-30)
+        if y.size:
+            y = y / max(y.max(), 1e-30)
         X = [fea(i) for i in self.xs]
         if self.transfer_x and fea == self._knob_fea:
             width = len(X[0]) if X else len(self.transfer_x[0])
