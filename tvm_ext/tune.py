@@ -176,10 +176,12 @@ def _measurer(args):
     rpc = RPCConfig.parse(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
     if args.rpc_key and not args.rpc_tracker:
         raise TvmExtError("--rpc-key needs --rpc-tracker host:port")
+    # CUDA libraries are compiled when loaded: 4 loaders per GPU keep nvcc off the critical path.
+    loaders = 4 if args.target_obj.kind.name == "cuda" else 1
     return PoolMeasurer(n_parallel=args.n_parallel, build_timeout=args.build_timeout,
                         run_timeout=args.run_timeout, devices=devices or [0], rpc=rpc,
                         number=args.number, repeat=args.repeat, seed=args.seed,
-                        cache_flush=args.cache_flush)
+                        cache_flush=args.cache_flush, runners_per_device=loaders)
 
 
 def run(argv: Optional[List[str]] = None) -> int:

@@ -191,12 +191,25 @@ def run_arrays(task, mod, dev, a, b, ref, *, number, repeat, min_repeat_ms, cach
     return ("ok", list(timer(ta, tb, tc).results))
 
 
+_LOADED: Dict[str, Any] = {}
+
+
+def load_in_worker(path):
+    """Load a built library. For CUDA this is where the device code is compiled (TVM keeps CUDA
+    source in the library and compiles it at load), so loads run in parallel, off the GPU."""
+    import tvm  # noqa: PLC0415
+    _LOADED.clear()
+    _LOADED[path] = tvm.runtime.load_module(path)
+    return True
+
+
 def run_in_worker(spec, path, device_id, opts):
-    """Load a built library on local device ``device_id``, check it, time it."""
+    """Check and time a library (loaded by load_in_worker, or now) on local device
+    ``device_id``."""
     import tvm  # noqa: PLC0415
     task = _task_from(spec)
     dev = tvm.cuda(device_id) if task.target.kind.name == "cuda" else tvm.cpu(device_id)
-    mod = tvm.runtime.load_module(path)
+    mod = _LOADED.pop(path, None) or tvm.runtime.load_module(path)
     a, b, ref = _inputs(task, opts["seed"])
     return run_arrays(task, mod, dev, a, b, ref if opts["check"] else None,
                       number=opts["number"], repeat=opts["repeat"],
@@ -236,7 +249,7 @@ class PoolMeasurer:
                  run_timeout: float = 30, devices: Sequence[int] = (0,),
                  rpc: Optional[RPCConfig] = None, number: int = 3, repeat: int = 3,
                  min_repeat_ms: int = 50, check: bool = True, cache_flush: bool = False,
-                 seed: int = 0, extra_paths: Sequence[str] = ()):
+                 seed: int = 0, extra_paths: Sequence[str] = (), runners_per_device: int = 1):
         self.n_parallel = n_parallel or max(1, (os.cpu_count() or 2))
         self.build_timeout, self.run_timeout = build_timeout, run_timeout
         self.devices = list(devices)
@@ -245,12 +258,17 @@ class PoolMeasurer:
                      "check": check, "cache_flush": cache_flush, "seed": seed}
         self.env = _worker_env(extra_paths)
         self._builders = [_Worker(self.env) for _ in range(self.n_parallel)]
-        self._runners = [_Worker(self.env) for _ in self.devices]
+        # Several runner processes per device load (compile) libraries in parallel; the
+        # timed part holds the device's lock, so measurements never overlap on one device.
+        self.runners_per_device = runners_per_device
+        self._runners = [(_Worker(self.env), d) for d in self.devices
+                         for _ in range(runners_per_device)]
+        self._device_locks = {d: threading.Lock() for d in self.devices}
         self._tmp = tempfile.TemporaryDirectory(prefix="tvm_ext_build_")
         self._rpc_sessions: List[Any] = []
 
     def close(self):
-        for w in self._builders + self._runners:
+        for w in self._builders + [w for w, _ in self._runners]:
             w.kill()
         self._tmp.cleanup()
 
@@ -303,8 +321,16 @@ class PoolMeasurer:
     # ---- run ----
     def _run_local(self, worker, device_id, spec, path) -> MeasureResult:
         t0 = time.time()
-        status, value = worker.call(run_in_worker, (spec, path, device_id, self.opts),
-                                    self.run_timeout)
+        if self.runners_per_device > 1:
+            status, value = worker.call(load_in_worker, (path,), self.build_timeout)
+            if status != "ok":
+                why = "timed out" if status == "timeout" else "died" if status == "died" \
+                    else _last_line(value)
+                return MeasureResult.error(MeasureErrorNo.COMPILE_DEVICE,
+                                           f"loading the library {why}", time.time() - t0)
+        with self._device_locks[device_id]:
+            status, value = worker.call(run_in_worker, (spec, path, device_id, self.opts),
+                                        self.run_timeout)
         dt = time.time() - t0
         if status == "ok":
             kind, payload = value
@@ -337,7 +363,7 @@ class PoolMeasurer:
             rpc_drain(self, task, todo, results, lock)
         else:
             def drain(idx):
-                worker, device_id = self._runners[idx], self.devices[idx]
+                worker, device_id = self._runners[idx]
                 while True:
                     with lock:
                         if not todo:
