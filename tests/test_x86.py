@@ -1,4 +1,6 @@
 """CPU templates: numerics for every layout over sampled configs; apply at build time."""
+import os
+
 import numpy as np
 import pytest
 
@@ -37,19 +39,27 @@ def test_float64_and_measure_checks_answer():
     assert res.ok and res.costs[0] > 0
 
 
-def test_wrong_answer_is_detected(monkeypatch):
-    wl = Workload.create("batch_matmul", (1, 16, 32, 16))
-    task = Task(wl, "llvm")
-    monkeypatch.setattr(task, "reference", lambda a, b: reference_matmul(wl, a, b) + 1.0)
-    res = LocalMeasurer(number=1, repeat=1).measure_one(task, task.fallback_config())
-    assert res.error_no == MeasureErrorNo.WRONG_ANSWER
+def test_wrong_answer_is_detected(tmp_path):
+    import json
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    import faulty_ops
+    space = tmp_path / "faulty.json"
+    space.write_text(json.dumps(faulty_ops.SPACE))
+    task = Task(Workload.create("batch_matmul", (1, 16, 32, 16)), "llvm", template="faulty.x86",
+                space_file=str(space))
+    wrong = task.config_from_values({"fault": "wrong"})
+    res = LocalMeasurer(number=1, repeat=1).measure_one(task, wrong)
+    assert res.error_no == MeasureErrorNo.WRONG_ANSWER and "differ from numpy" in res.error_msg
+    ok = LocalMeasurer(number=1, repeat=1).measure_one(task, task.fallback_config())
+    assert ok.ok
 
 
 def test_instantiation_error_is_a_result():
     wl = Workload.create("batch_matmul", (1, 16, 32, 16))
     task = Task(wl, "llvm")
     # a pack width that does not divide N=32 cannot be scheduled
-    cfg = task.space.config_from_values({"tile_y": [-1, 4], "tile_x": [-1, 24],
+    cfg = task.config_from_values({"tile_y": [-1, 4], "tile_x": [-1, 24],
                                          "tile_k": [-1, 4]})
     res = LocalMeasurer().measure_one(task, cfg)
     assert res.error_no == MeasureErrorNo.INSTANTIATION_ERROR
@@ -60,7 +70,7 @@ def test_apply_history_best_uses_tuned_config_and_reports(tmp_path):
     wl = Workload.create("batch_matmul", (2, 32, 64, 32))
     other = Workload.create("dense", (16, 32, 16))
     task = Task(wl, "llvm")
-    cfg = task.space.config_from_values({"tile_y": [-1, 2], "tile_x": [-1, 32],
+    cfg = task.config_from_values({"tile_y": [-1, 2], "tile_x": [-1, 32],
                                          "tile_k": [-1, 2]}, fallback=False)
     res = LocalMeasurer(number=1, repeat=1).measure_one(task, cfg)
     log = tmp_path / "log.json"
@@ -78,7 +88,6 @@ def test_apply_history_best_uses_tuned_config_and_reports(tmp_path):
 
 
 def test_old_autotvm_log_applies_by_knob_name():
-    import os
     log = os.path.join(os.path.dirname(__file__), "data", "autotvm_v019_x86.json")
     wl = Workload.create("batch_matmul", (4, 64, 48, 32))
     dense = Workload.create("dense", (16, 64, 32))

@@ -59,6 +59,11 @@ class Task:
                   **self.template.fallback(self.space, self.workload, self.facts)}
         return self.space.config_from_values(values, fallback=True)
 
+    def config_from_values(self, values, *, fallback=False) -> ConfigEntity:
+        """A config from {knob: value}; knobs not given take the fallback config's values."""
+        base = self.fallback_config().values_dict()
+        return self.space.config_from_values({**base, **values}, fallback=fallback)
+
     def config(self, index: int) -> ConfigEntity:
         return self.space.get(index)
 
@@ -135,6 +140,53 @@ def reference_matmul(wl: Workload, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
     b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b
     return np.matmul(a_mk, b_kn)
+
+
+class OutputCheck:
+    """Compares a kernel's output with float64 numpy (int64 for integers).
+
+    Outputs of up to ``max_full`` elements are compared whole. Larger ones (a 24x16384x512
+    batch_matmul writes 200M values) are compared at a seeded random sample of positions, whose
+    reference costs K multiply-adds each; the output is NaN-poisoned before the run, so the
+    whole-tensor NaN test still proves every element was written.
+    """
+
+    def __init__(self, wl: Workload, a: np.ndarray, b: np.ndarray, *, seed: int = 0,
+                 max_full: int = 1 << 24, sample_work: int = 1 << 27):
+        self.wl = wl
+        self.rtol, self.atol = tolerance(wl)
+        size = int(np.prod(wl.out_shape))
+        if size <= max_full:
+            self.idx, self.ref = None, reference_matmul(wl, a, b)
+            return
+        rng = np.random.default_rng(seed + 1)
+        n = int(min(size, max(4096, min(1 << 20, sample_work // wl.K))))
+        self.idx = np.unravel_index(rng.choice(size, size=n, replace=False), wl.out_shape)
+        acc = np.int64 if wl.dtype.startswith(("int", "uint")) else np.float64
+        a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
+        b_nk = b if wl.transpose_b else np.swapaxes(b, -1, -2)
+        if wl.op == "dense":
+            rows, cols = a_mk[self.idx[0]], b_nk[self.idx[1]]
+        else:
+            rows = a_mk[self.idx[0], self.idx[1]]
+            cols = b_nk[self.idx[0], self.idx[2]]
+        self.ref = np.einsum("nk,nk->n", rows.astype(acc), cols.astype(acc))
+
+    def __call__(self, out: np.ndarray) -> Optional[str]:
+        """None if the output is right, else what is wrong (one line)."""
+        floating = not self.wl.out_dtype.startswith(("int", "uint"))
+        if self.idx is not None and floating:
+            unwritten = int(np.isnan(out).sum())
+            if unwritten:
+                return f"{unwritten} of {out.size} elements not written (still NaN)"
+        got = (out if self.idx is None else out[self.idx]).astype(self.ref.dtype)
+        ok = np.isclose(got, self.ref, rtol=self.rtol, atol=self.atol)
+        if ok.all():
+            return None
+        where = "" if self.idx is None else " sampled"
+        err = np.nanmax(np.abs(got - self.ref)) if np.isfinite(got).any() else float("nan")
+        return f"{int((~ok).sum())} of {ok.size}{where} elements differ from numpy " \
+               f"(max abs error {err:.3g})"
 
 
 def _np_dtype(dtype: str):

@@ -9,7 +9,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from ..task import InstantiationError, Task, tolerance
+from ..task import InstantiationError, OutputCheck, Task
 from .result import MeasureErrorNo, MeasureResult
 
 
@@ -41,7 +41,7 @@ class LocalMeasurer:
         if key not in self._cache:
             rng = np.random.default_rng(self.seed)
             a, b = task.random_inputs(rng)
-            ref = task.reference(a, b) if self.check else None
+            ref = OutputCheck(task.workload, a, b, seed=self.seed) if self.check else None
             self._cache = {key: (a, b, ref, tvm.runtime.tensor(a, dev),
                                  tvm.runtime.tensor(b, dev))}
         return self._cache[key]
@@ -76,16 +76,10 @@ class LocalMeasurer:
             func = ex.mod["main"] if hasattr(ex, "mod") else ex["main"]
             func(ta, tb, tc)
             dev.sync()
-            if ref is not None:
-                rtol, atol = tolerance(wl)
-                got = tc.numpy().astype(ref.dtype)
-                if not np.allclose(got, ref, rtol=rtol, atol=atol):
-                    bad = np.abs(got - ref)
-                    return MeasureResult.error(
-                        MeasureErrorNo.WRONG_ANSWER,
-                        f"max abs error {np.nanmax(bad) if np.isfinite(bad).any() else 'nan'}"
-                        f" over {np.count_nonzero(~np.isclose(got, ref, rtol, atol))} elements",
-                        time.time() - t0)
+            problem = ref(tc.numpy()) if ref is not None else None
+            if problem:
+                return MeasureResult.error(MeasureErrorNo.WRONG_ANSWER, problem,
+                                           time.time() - t0)
             mod = ex.mod if hasattr(ex, "mod") else ex
             timer = mod.time_evaluator("main", dev, number=self.number, repeat=self.repeat,
                                        min_repeat_ms=self.min_repeat_ms)

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..task import OutputCheck
 from .result import MeasureErrorNo, MeasureResult
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,16 +163,16 @@ def _inputs(task, seed):
         _DATA.clear()
         rng = np.random.default_rng(seed)
         a, b = task.random_inputs(rng)
-        _DATA[key] = (a, b, task.reference(a, b))
+        _DATA[key] = (a, b, OutputCheck(task.workload, a, b, seed=seed))
     return _DATA[key]
 
 
-def run_arrays(task, mod, dev, a, b, ref, *, number, repeat, min_repeat_ms, cache_flush,
+def run_arrays(task, mod, dev, a, b, check, *, number, repeat, min_repeat_ms, cache_flush,
                tensor=None):
-    """Check and time a loaded module; ``tensor`` makes device tensors (local or remote)."""
+    """Check (``check(output) -> problem or None``) and time a loaded module; ``tensor`` makes
+    device tensors (local or remote)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
-    from ..task import tolerance  # noqa: PLC0415
     wl = task.workload
     tensor = tensor or (lambda arr: tvm.runtime.tensor(arr, dev))
     poison = np.full(wl.out_shape, np.nan if wl.out_dtype.startswith(("float", "bf")) else -7,
@@ -179,12 +180,10 @@ def run_arrays(task, mod, dev, a, b, ref, *, number, repeat, min_repeat_ms, cach
     ta, tb, tc = tensor(a), tensor(b), tensor(poison)
     mod["main"](ta, tb, tc)
     dev.sync()
-    if ref is not None:
-        got = tc.numpy().astype(ref.dtype)
-        rtol, atol = tolerance(wl)
-        if not np.allclose(got, ref, rtol=rtol, atol=atol):
-            bad = ~np.isclose(got, ref, rtol=rtol, atol=atol)
-            return ("wrong", f"{int(bad.sum())} of {bad.size} elements differ from numpy")
+    if check is not None:
+        problem = check(tc.numpy())
+        if problem:
+            return ("wrong", problem)
     kwargs = {"f_preproc": "cache_flush_cpu_non_first_arg"} if cache_flush else {}
     timer = mod.time_evaluator("main", dev, number=number, repeat=repeat,
                                min_repeat_ms=min_repeat_ms, **kwargs)
