@@ -39,3 +39,14 @@ register_template(Template(
     compute=lambda wl, cfg: gemm_cuda.simt_gemm_compute(wl), schedule=gemm_cuda.schedule_from_config,
     fallback=lambda space, wl, facts: gemm_cuda.fallback_tiles(wl, facts),
     check=lambda wl, facts: None, dtypes=("float32", "float16")))
+
+
+# ---- dense_small_batch.cuda: cross-thread reduction over K, for M <= 64 ----
+
+register_template(Template(
+    name="dense_small_batch.cuda", op="dense", target_kind="cuda",
+    compute=lambda wl, cfg: gemm_cuda.simt_gemm_compute(wl),
+    schedule=gemm_cuda.schedule_small_batch,
+    fallback=lambda space, wl, facts: gemm_cuda.fallback_small_batch(wl, facts),
+    check=lambda wl, facts: None if wl.M <= 64 else f"M={wl.M} > 64 (use dense_large_batch)",
+    dtypes=("float32", "float16"), priority=1))

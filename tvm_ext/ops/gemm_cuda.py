@@ -136,3 +136,61 @@ def vec_ok(wl, tile_y, tile_x, ki, vec):
     b_all = tile_x[1] * tile_x[2] * ki
     return vec == 1 or (a_in % vec == 0 and b_in % vec == 0 and a_all % (threads * vec) == 0
                         and b_all % (threads * vec) == 0)
+
+
+# ---- dense_small_batch.cuda: cross-thread reduction over K (gemv-like shapes) ----
+#
+# Few rows (M <= 64) leave too little parallelism in M x N tiles; instead each block owns ty
+# output columns for yi rows, and the tx threads of a column split K: every thread accumulates
+# its share (vec contiguous elements per step, loaded as one vector) in registers, then the tx
+# partial sums are combined by a cross-thread reduction (warp shuffles; TIR's rfactor +
+# LowerCrossThreadReduction). TOPI's dense_small_batch.cuda had tile_k = [., tx]; ours adds the
+# vector width, ty columns and yi rows per block.
+
+def schedule_small_batch(sch, cfg, wl, facts):
+    _, tx_n, vec = cfg["tile_k"].size
+    _, ty_n = cfg["tile_x"].size
+    _, yi_n = cfg["tile_y"].size
+    c = sch.get_sblock("C")
+    loops = sch.get_loops(c)
+    if len(loops) == 4:  # a batched workload: fold the batch into blockIdx.z
+        raise ValueError("dense_small_batch.cuda is for dense (no batch)")
+    i, j, k = loops
+    by, yi = sch.split(i, [None, yi_n])
+    bx, ty = sch.split(j, [None, ty_n])
+    ko, tx, kv = sch.split(k, [None, tx_n, vec])
+    sch.reorder(by, bx, ty, tx, ko, kv, yi)
+    rf = sch.rfactor(tx, factor_axis=0)
+    r_by, r_bx, r_ty, r_tx, r_ko, r_kv, r_yi = sch.get_loops(rf)
+    sch.bind(r_by, "blockIdx.y")
+    sch.bind(r_bx, "blockIdx.x")
+    sch.bind(r_ty, "threadIdx.y")
+    sch.bind(r_tx, "threadIdx.x")
+    sch.set_scope(rf, 0, "local")  # per-thread partial sums live in registers
+    # Vector loads of this thread's vec consecutive K elements of A rows and the B column.
+    for idx in (0, 1):
+        contiguous_k = (not wl.transpose_a) if idx == 0 else wl.transpose_b
+        loc = sch.cache_read(rf, idx, "local")
+        sch.compute_at(loc, r_ko)
+        if contiguous_k and vec > 1:
+            sch.vectorize(sch.get_loops(loc)[-1])
+    sch.unroll(r_kv)
+    sch.unroll(r_yi)
+    sch.reverse_compute_at(c, r_ty)
+    below = sch.get_loops(c)[3:]  # under blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
+    if len(below) == 2:
+        sch.reorder(below[1], below[0])
+    sch.bind(below[0], "threadIdx.x")  # the cross-thread reduction over tx
+    # No auto-unroll pragma here: TIR's allreduce lowering fails once the loop around the
+    # cross-thread reduction is unrolled (seen with yi > 1); kv and yi are unrolled explicitly.
+    sch.decompose_reduction(rf, r_ko)
+
+
+def fallback_small_batch(wl, facts):
+    """16-byte loads, 64 threads along K (two warps: the reduction needs both warps' shuffles
+    plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread."""
+    from .gemm_x86 import largest_factor  # noqa: PLC0415
+    vec = largest_factor(wl.K, 16 // facts["dtype_bytes"])
+    tx = largest_factor(wl.K // vec, 64)
+    return {"tile_k": [-1, tx, vec], "tile_x": [-1, largest_factor(wl.N, 4)],
+            "tile_y": [-1, largest_factor(wl.M, 8)]}
