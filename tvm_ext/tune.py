@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="llvm, cuda, cuda:sm_80 or a JSON dict (default: CUDA "
                                     "when a GPU is visible, else the host CPU)")
     p.add_argument("--template", help="tune this template instead of the op's first")
+    p.add_argument("--model", metavar="FILE",
+                   help="tune every matmul of a Relax model (a Python file defining `mod` or "
+                        "`get_model()`) under one --trials budget into one log")
     p.add_argument("--trials", type=int, default=32, help="configs to measure (default 32)")
     p.add_argument("--tuner", default="random",
                    help="random, grid, ga, xgb (rank loss) or xgb-reg (default random)")
@@ -184,6 +187,34 @@ def _measurer(args):
                         cache_flush=args.cache_flush, runners_per_device=loaders)
 
 
+def _tune_model(args) -> int:
+    from . import record  # noqa: PLC0415
+    from .relax import extract_tasks, load_model, tune_model  # noqa: PLC0415
+    from .target import describe  # noqa: PLC0415
+    mod = load_model(args.model)
+    tasks = extract_tasks(mod, args.target_obj)
+    print(f"model {args.model}: {len(tasks)} tunable matmul workloads on "
+          f"{describe(args.target_obj)}")
+    for wl, n in tasks:
+        print(f"  {wl}  x{n}")
+    if args.list_space or args.dry_run or not tasks:
+        return 0
+    log = Path(args.log) if args.log else default_log("model", args.target_obj)
+    if log.exists():
+        record.check_target(record.load(log), args.target_obj, log)
+    print(f"log: {log}; {args.trials} trials split by call count x flops")
+    measurer = _measurer(args)
+    try:
+        results = tune_model(mod, args.target_obj, trials=args.trials, log=log,
+                             tuner=args.tuner, seed=args.seed, measurer=measurer)
+    finally:
+        if hasattr(measurer, "close"):
+            measurer.close()
+    for wl, n, budget, s in results:
+        print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s")
+    return 0
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(_join_values(list(sys.argv[1:] if argv is None
                                                        else argv)))
@@ -196,6 +227,8 @@ def run(argv: Optional[List[str]] = None) -> int:
         return _print_best(args.best, parse_target(args.target) if args.target else None)
 
     args.target_obj = parse_target(args.target)
+    if args.model:
+        return _tune_model(args)
     wl = _workload(args)
     from .task import Task  # noqa: PLC0415
     task = Task(wl, args.target_obj, template=args.template, space_file=args.space)

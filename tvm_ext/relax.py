@@ -1,0 +1,248 @@
+"""Tuned kernels in whole Relax models.
+
+    import tvm_ext.relax as tr
+    tasks = tr.extract_tasks(mod, target)            # [(Workload, count), ...]
+    with tvm_ext.apply_history_best("model.json") as ctx:
+        ex = tr.build(mod, target)                   # our matmuls, the rest as TVM does it
+    print(ctx.report)                                # per kernel: tuned or fallback
+
+After ``LegalizeOps``, every PrimFunc whose single block is a matmul (a reduction over one axis
+of ``C[.., m, n] += A[..] * B[..]`` with any storage order of A and B, i.e. what ``R.matmul``,
+``R.linear`` / ``nn.dense`` and ``topi.nn.batch_matmul`` legalize to) is recognised as a
+batch_matmul or dense workload. ``ApplyTunedKernels`` replaces it by our template's scheduled
+PrimFunc (tuned record if the apply context has one, else the fallback) and marks it
+``tirx.is_scheduled`` and opaque, so the default pipeline neither fuses it nor reschedules it
+(dlight on CUDA); every other kernel goes through TVM's own pipeline. Epilogues (bias, activation)
+stay separate kernels.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import tvm
+from tvm import relax as _relax
+
+from .dispatch import choose, current
+from .errors import TvmExtError
+from .template import templates_for
+from .workload import DTYPES, Workload
+
+_OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
+
+
+def _int(x) -> Optional[int]:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def match_matmul(func) -> Optional[Workload]:
+    """The Workload a legalized PrimFunc computes, or None if it is not a plain matmul."""
+    from tvm import s_tir  # noqa: PLC0415
+    if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001  (no root block: not a TensorIR function we can read)
+        return None
+    if len(blocks) != 1:
+        return None
+    block = sch.get(blocks[0])
+    kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0 spatial, 2 reduction
+    if kinds.count(2) != 1 or kinds[-1] != 2 or len(kinds) not in (3, 4) or block.init is None:
+        return None
+    if len(block.reads) != 2 or len(block.writes) != 1:
+        return None
+    store = block.body  # C[...] = C[...] + (a product): a sum reduction
+    if type(store).__name__ != "BufferStore" or type(store.value).__name__ != "Add" or \
+            type(store.value.b).__name__ != "Mul":
+        return None
+    vars_ = [iv.var for iv in block.iter_vars]
+    k = vars_[-1]
+    out = block.writes[0]
+    out_idx = [r.min for r in out.region]
+    if len(out_idx) != len(vars_) - 1 or \
+            any(not any(v.same_as(x) for v in vars_) for x in out_idx):
+        return None
+    m, n = out_idx[-2], out_idx[-1]
+    a, b = block.reads
+    a_idx = [r.min for r in a.region]
+    b_idx = [r.min for r in b.region]
+    if len(a_idx) < 2 or len(b_idx) < 2:
+        return None
+
+    def is_(x, v):
+        return x.same_as(v)
+
+    if is_(a_idx[-1], k) and is_(a_idx[-2], m):
+        ta = "N"
+    elif is_(a_idx[-1], m) and is_(a_idx[-2], k):
+        ta = "T"
+    else:
+        return None
+    if is_(b_idx[-1], n) and is_(b_idx[-2], k):
+        tb = "N"
+    elif is_(b_idx[-1], k) and is_(b_idx[-2], n):
+        tb = "T"
+    else:
+        return None
+    pa, pb, pc = func.params
+    if not (a.source.same_as(pa) and b.source.same_as(pb) and out.source.same_as(pc)):
+        return None
+    shape = [_int(d) for d in pc.shape]
+    a_shape = [_int(d) for d in pa.shape]
+    b_shape = [_int(d) for d in pb.shape]
+    if None in shape + a_shape + b_shape:
+        return None  # dynamic shapes: not for fixed-shape templates
+    dtype, out_dtype = str(pa.dtype), str(pc.dtype)
+    if dtype != str(pb.dtype) or dtype not in DTYPES or out_dtype not in DTYPES:
+        return None
+    K = a_shape[-1] if ta == "N" else a_shape[-2]
+    layout = ta + tb
+    try:
+        if len(shape) == 3:
+            if len(a_shape) != 3 or len(b_shape) != 3 or a_shape[0] != b_shape[0]:
+                return None  # broadcast batch: not a template workload
+            return Workload("batch_matmul", shape[0], shape[1], shape[2], K, dtype, out_dtype,
+                            layout)
+        if len(a_shape) != 2 or len(b_shape) != 2:
+            return None
+        return Workload("dense", 1, shape[0], shape[1], K, dtype, out_dtype, layout)
+    except TvmExtError:
+        return None
+
+
+def _call_counts(mod) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def visit(e):
+        if isinstance(e, _relax.Call) and e.op.same_as(call_tir):
+            gv = e.args[0]
+            counts[gv.name_hint] = counts.get(gv.name_hint, 0) + 1
+
+    for _, f in mod.functions.items():
+        if isinstance(f, _relax.Function):
+            _relax.analysis.post_order_visit(f, visit)
+    return counts
+
+
+def extract_tasks(mod, target=None) -> List[Tuple[Workload, int]]:
+    """Every matmul workload of a model that a template covers on ``target``, with how many
+    kernel calls compute it, most frequent (then largest) first."""
+    from .target import parse_target  # noqa: PLC0415
+    target = parse_target(target)
+    mod = _relax.transform.LegalizeOps()(mod)  # a no-op on a legalized module
+    counts = _call_counts(mod)
+    found: Dict[tuple, List] = {}
+    for gv, f in mod.functions.items():
+        wl = match_matmul(f)
+        if wl is None:
+            continue
+        try:
+            templates_for(wl, target)
+        except TvmExtError:
+            continue
+        entry = found.setdefault(wl.key(), [wl, 0])
+        entry[1] += counts.get(gv.name_hint, 0)
+    return sorted(((wl, n) for wl, n in found.values()), key=lambda t: (-t[1], -t[0].flop))
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_ext.ApplyTunedKernels")
+class ApplyTunedKernels:
+    """Schedule the legalized matmul PrimFuncs with our templates (see module doc)."""
+
+    def __init__(self, target=None):
+        from .target import parse_target  # noqa: PLC0415
+        self.target = parse_target(target)
+        self.replaced: List[Tuple[str, Workload, str, bool]] = []
+
+    def transform_module(self, mod, _ctx):
+        updates = {}
+        for gv, f in mod.functions.items():
+            if not isinstance(f, tvm.tirx.PrimFunc) or f.attrs is not None and \
+                    f.attrs.get("tirx.is_scheduled", False):
+                continue
+            wl = match_matmul(f)
+            if wl is None:
+                continue
+            try:
+                task, choice = choose(wl, self.target)
+            except TvmExtError:
+                continue  # no template for this dtype/target: TVM's pipeline handles it
+            new = task.instantiate(choice.config)["main"].without_attr("global_symbol")
+            for key, value in (f.attrs.items() if f.attrs is not None else []):
+                if key != "global_symbol":
+                    new = new.with_attr(key, value)
+            new = new.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", _OPAQUE) \
+                .with_attr("tvm_ext.template", task.name)
+            updates[gv] = new
+            self.replaced.append((gv.name_hint, wl, task.name, choice.tuned))
+        for gv, f in updates.items():
+            mod[gv] = f
+        return mod
+
+
+def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: int = 0,
+               measurer=None, min_trials: int = 8, callbacks=()):
+    """Tune every task of a model into one log. The budget is split by weight: a task's share
+    is its call count times its flop count, and every task gets at least ``min_trials``.
+    Returns [(Workload, count, trials, TuneSummary)]."""
+    from . import record  # noqa: PLC0415
+    from .target import parse_target  # noqa: PLC0415
+    from .task import Task  # noqa: PLC0415
+    from .tuner import XGBTuner, make_tuner, tune  # noqa: PLC0415
+    target = parse_target(target)
+    tasks = extract_tasks(mod, target)
+    if not tasks:
+        raise TvmExtError("the model has no matmul that a tvm_ext template covers")
+    weights = [max(n, 1) * wl.flop for wl, n in tasks]
+    total = float(sum(weights))
+    out = []
+    for (wl, n), w in zip(tasks, weights):
+        budget = max(min_trials, int(round(trials * w / total)))
+        task = Task(wl, target)
+        t = make_tuner(tuner, task.space, seed=seed)
+        if isinstance(t, XGBTuner):
+            t.loop_features = task.loop_features
+        if measurer is None:
+            from .measure.pool import PoolMeasurer  # noqa: PLC0415
+            with PoolMeasurer() as m:
+                s = tune(task, t, m, n_trial=budget,
+                         callbacks=[record.LogWriter(log), *callbacks])
+        else:
+            s = tune(task, t, measurer, n_trial=budget,
+                     callbacks=[record.LogWriter(log), *callbacks])
+        out.append((wl, n, budget, s))
+    return out
+
+
+def load_model(path: str):
+    """An IRModule from a Python file that defines ``mod`` or ``get_model()``."""
+    import runpy  # noqa: PLC0415
+    try:
+        ns = runpy.run_path(path)
+    except FileNotFoundError:
+        raise TvmExtError(f"model file {path} does not exist") from None
+    except Exception as err:  # noqa: BLE001  (the user's file failed: say where)
+        raise TvmExtError(f"model file {path} failed: {type(err).__name__}: {err}") from None
+    mod = ns["get_model"]() if callable(ns.get("get_model")) else ns.get("mod")
+    if not isinstance(mod, tvm.IRModule):
+        raise TvmExtError(f"model file {path} must define an IRModule 'mod' or 'get_model()'")
+    return mod
+
+
+def build(mod, target=None, *, relax_pipeline="default"):
+    """LegalizeOps, our kernels for the matmuls (under the current ``apply_history_best``, if
+    any), then ``tvm.compile`` with TVM's pipeline for everything else."""
+    from .target import parse_target  # noqa: PLC0415
+    target = parse_target(target)
+    mod = _relax.transform.LegalizeOps()(mod)
+    mod = ApplyTunedKernels(target)(mod)
+    return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
+
+
+__all__ = ["ApplyTunedKernels", "build", "current", "extract_tasks", "load_model",
+           "match_matmul", "tune_model"]
