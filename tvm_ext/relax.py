@@ -209,7 +209,8 @@ def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: 
             t.loop_features = task.loop_features
         if measurer is None:
             from .measure.pool import PoolMeasurer  # noqa: PLC0415
-            with PoolMeasurer() as m:
+            loaders = 4 if target.kind.name == "cuda" else 1  # CUDA compiles at load
+            with PoolMeasurer(runners_per_device=loaders) as m:
                 s = tune(task, t, m, n_trial=budget,
                          callbacks=[record.LogWriter(log), *callbacks])
         else:
