@@ -53,12 +53,13 @@ def test_every_fault_is_one_record_and_tuning_goes_on(faulty_task, tmp_path):
     assert again[0].ok
 
 
-def test_pool_matches_in_process_results(tmp_path):
+@pytest.mark.parametrize("cache_flush", [False, True])
+def test_pool_measures_valid_configs(tmp_path, cache_flush):
     task = Task(Workload.create("batch_matmul", (2, 32, 64, 32)), "llvm")
     cfgs = [task.config(i) for i in list(task.space.valid_indices())[:4]]
-    with PoolMeasurer(n_parallel=2, number=1, repeat=2) as m:
+    with PoolMeasurer(n_parallel=2, number=1, repeat=2, cache_flush=cache_flush) as m:
         res = m.measure(task, cfgs)
-    assert all(r.ok and len(r.costs) == 2 for r in res)
+    assert all(r.ok and len(r.costs) == 2 and r.costs[0] > 0 for r in res)
 
 
 def _start(args):

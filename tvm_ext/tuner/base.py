@@ -46,6 +46,43 @@ class Tuner:
         """Records measured earlier (resume, transfer): never proposed again."""
         self.tell(indices, costs)
 
+    def random_valid(self, n: int, taken: set) -> List[int]:
+        """Up to n random valid indices, neither visited nor in ``taken`` (which grows)."""
+        out: List[int] = []
+        tries = 0
+        while len(out) < n and tries < 200 * max(n, 1):
+            tries += 1
+            i = int(self.rng.integers(len(self.space)))
+            if i not in self.visited and i not in taken and self.space.is_valid(i):
+                out.append(i)
+                taken.add(i)
+        return out
+
+
+class PlanningTuner(Tuner):
+    """A tuner that proposes a whole plan (a generation, a model's picks) at a time; ``ask``
+    hands out its unvisited entries and asks for a new plan when it runs dry."""
+
+    def __init__(self, space, *, seed=None, **options):
+        super().__init__(space, seed=seed, **options)
+        self.queue: List[int] = []
+
+    def plan(self) -> List[int]:
+        raise NotImplementedError
+
+    def ask(self, n: int) -> List[int]:
+        out: List[int] = []
+        while len(out) < n:
+            if not self.queue:
+                self.queue = self.plan()
+                if not self.queue:
+                    break
+            i = self.queue.pop(0)
+            if i not in self.visited:
+                out.append(i)
+                self.visited.add(i)
+        return out
+
 
 @dataclass
 class TuneSummary:

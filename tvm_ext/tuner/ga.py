@@ -5,10 +5,10 @@ from typing import List
 
 import numpy as np
 
-from .base import Tuner
+from .base import PlanningTuner
 
 
-class GATuner(Tuner):
+class GATuner(PlanningTuner):
     """``pop_size`` genes per generation; the ``elite_num`` best survive unchanged as parents'
     favourites; children mix two parents knob by knob and each knob mutates with
     ``mutation_prob``. Fitness is 1 / cost (0 for failed configs)."""
@@ -18,27 +18,16 @@ class GATuner(Tuner):
         super().__init__(space, seed=seed, **options)
         self.pop_size, self.elite_num, self.mutation_prob = pop_size, elite_num, mutation_prob
         self.scores = {}  # index -> fitness
-        self.queue: List[int] = []
 
     def tell(self, indices, costs):
         super().tell(indices, costs)
         for i, c in zip(indices, costs):
             self.scores[int(i)] = 0.0 if not np.isfinite(c) else 1.0 / c
 
-    def _random_valid(self, n, taken):
-        out, tries = [], 0
-        while len(out) < n and tries < 200 * n:
-            tries += 1
-            i = int(self.rng.integers(len(self.space)))
-            if i not in self.visited and i not in taken and self.space.is_valid(i):
-                out.append(i)
-                taken.add(i)
-        return out
-
-    def _next_generation(self) -> List[int]:
+    def plan(self) -> List[int]:
         taken: set = set()
         if len(self.scores) < self.elite_num:
-            return self._random_valid(self.pop_size, taken)
+            return self.random_valid(self.pop_size, taken)
         ranked = sorted(self.scores, key=lambda i: -self.scores[i])
         parents = ranked[:max(self.elite_num, self.pop_size // 2)]
         weights = np.asarray([self.scores[i] for i in parents]) + 1e-12
@@ -61,18 +50,5 @@ class GATuner(Tuner):
             children.append(idx)
             taken.add(idx)
         if len(children) < self.pop_size:  # converged population: refill at random
-            children += self._random_valid(self.pop_size - len(children), taken)
+            children += self.random_valid(self.pop_size - len(children), taken)
         return children
-
-    def ask(self, n):
-        out: List[int] = []
-        while len(out) < n:
-            if not self.queue:
-                self.queue = self._next_generation()
-                if not self.queue:
-                    break
-            i = self.queue.pop(0)
-            if i not in self.visited:
-                out.append(i)
-                self.visited.add(i)
-        return out

@@ -20,10 +20,10 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .base import Tuner
+from .base import PlanningTuner
 
 
-class XGBTuner(Tuner):
+class XGBTuner(PlanningTuner):
     def __init__(self, space, *, seed=None, loss="rank", plan_size=32, random_share=0.1,
                  min_data=8, sa_chains=64, sa_steps=60, num_boost_round=60,
                  loop_features: Optional[Callable[[int], np.ndarray]] = None, **options):
@@ -41,7 +41,6 @@ class XGBTuner(Tuner):
         self.transfer_y: List[float] = []
         self._fea_cache: Dict[int, np.ndarray] = {}
         self._loop_cache: Dict[int, np.ndarray] = {}
-        self.queue: List[int] = []
         self.n_plans = 0
 
     # ---- data ----
@@ -122,22 +121,12 @@ class XGBTuner(Tuner):
             digits[k] = (digits[k] + int(self.rng.integers(1, r))) % r
         return self.space.index_from_digits(digits)
 
-    def _random_valid(self, n, taken):
-        out, tries = [], 0
-        while len(out) < n and tries < 200 * max(n, 1):
-            tries += 1
-            i = int(self.rng.integers(len(self.space)))
-            if i not in self.visited and i not in taken and self.space.is_valid(i):
-                out.append(i)
-                taken.add(i)
-        return out
-
     def _anneal(self, model, pool_size: int) -> List[int]:
         """Simulated annealing with the knob model; returns up to pool_size unvisited valid
         configs with the best predicted scores."""
         starts = sorted(range(len(self.xs)), key=lambda k: -self.ys[k])[:self.sa_chains // 2]
         points = [self.xs[k] for k in starts]
-        points += self._random_valid(self.sa_chains - len(points), set(points))
+        points += self.random_valid(self.sa_chains - len(points), set(points))
         scores = self._predict(model, [self._knob_fea(p) for p in points])
         best: List = []  # min-heap of (score, index)
         in_heap = set()
@@ -173,11 +162,11 @@ class XGBTuner(Tuner):
             temp = 1.0 - (step + 1) / self.sa_steps
         return [i for _, i in sorted(best, reverse=True)]
 
-    def _plan(self) -> List[int]:
+    def plan(self) -> List[int]:
         taken: set = set()
         valid_data = sum(1 for y in self.ys if y > 0)
         if valid_data + len(self.transfer_x) < self.min_data:
-            return self._random_valid(self.plan_size, taken)
+            return self.random_valid(self.plan_size, taken)
         self.n_plans += 1
         knob_model = self._fit(*self._training_set(self._knob_fea))
         n_model = int(round(self.plan_size * (1 - self.random_share)))
@@ -192,21 +181,5 @@ class XGBTuner(Tuner):
                 pool = [i for _, i in sorted(zip(pred, [i for i, _ in keep]), reverse=True)]
         plan = pool[:n_model]
         taken.update(plan)
-        plan += self._random_valid(self.plan_size - len(plan), taken)
+        plan += self.random_valid(self.plan_size - len(plan), taken)
         return plan
-
-    def ask(self, n):
-        out: List[int] = []
-        while len(out) < n:
-            if not self.queue:
-                self.queue = self._plan()
-                if not self.queue:
-                    break
-            i = self.queue.pop(0)
-            if i not in self.visited:
-                out.append(i)
-                self.visited.add(i)
-        return out
-
-    def has_next(self):
-        return len(self.visited) < len(self.space)
