@@ -235,15 +235,82 @@ def load_model(path: str):
     return mod
 
 
-def build(mod, target=None, *, relax_pipeline="default"):
-    """LegalizeOps, our kernels for the matmuls (under the current ``apply_history_best``, if
-    any), then ``tvm.compile`` with TVM's pipeline for everything else."""
+def _tensor_type(expr):
+    return getattr(expr, "ty", None) or getattr(expr, "struct_info", None)
+
+
+def _static_shape(expr) -> Optional[List[int]]:
+    try:
+        return [int(d) for d in _tensor_type(expr).shape.values]
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def workload_of_call(call) -> Optional[Workload]:
+    """The Workload of an ``R.matmul`` call with static shapes that a template covers."""
+    a, b = call.args[0], call.args[1]
+    sa, sb = _static_shape(a), _static_shape(b)
+    if sa is None or sb is None:
+        return None
+    dtype = str(_tensor_type(a).dtype)
+    out_dtype = str(getattr(call.attrs, "out_dtype", "") or "")
+    out_dtype = dtype if out_dtype in ("", "void") else out_dtype
+    try:
+        if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
+            return Workload("batch_matmul", sa[0], sa[1], sb[2], sa[2], dtype, out_dtype, "NN")
+        if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:
+            return Workload("dense", 1, sa[0], sb[1], sa[1], dtype, out_dtype, "NN")
+    except TvmExtError:
+        return None
+    return None
+
+
+_DEFAULT_MATMUL_LEGALIZE = None
+
+
+def legalize_matmul(bb, call):
+    """FLegalize for ``relax.matmul``: our TOPI compute (the plain matmul every template and the
+    MetaSchedule bridge schedule) where a workload fits, TVM's own legalization elsewhere."""
+    from .ops.gemm_cuda import simt_gemm_compute  # noqa: PLC0415
+    wl = workload_of_call(call)
+    if wl is None:
+        return _DEFAULT_MATMUL_LEGALIZE(bb, call)
+    return bb.call_te(lambda a, b: simt_gemm_compute(wl, a, b)[-1], call.args[0], call.args[1],
+                      primfunc_name_hint="tvm_ext_matmul")
+
+
+def legalize_as_strategy(mod):
+    """LegalizeOps with ``legalize_matmul`` for relax.matmul (this call only: no global
+    registration)."""
+    return _relax.transform.LegalizeOps(customize_legalize_map={
+        "relax.matmul": legalize_matmul})(mod)
+
+
+def register_strategy():
+    """Make ``legalize_matmul`` the legalization of relax.matmul for every later build in this
+    process (``register_op_attr`` at level 11, above TVM's own level 10)."""
+    tvm.ir.register_op_attr("relax.matmul", "FLegalize", legalize_matmul, level=11)
+
+
+def _remember_default():
+    global _DEFAULT_MATMUL_LEGALIZE
+    _DEFAULT_MATMUL_LEGALIZE = tvm.ir.Op.get("relax.matmul").get_attr("FLegalize")
+
+
+_remember_default()
+
+
+def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False):
+    """LegalizeOps (with ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
+    the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
+    TVM's pipeline for everything else."""
     from .target import parse_target  # noqa: PLC0415
     target = parse_target(target)
-    mod = _relax.transform.LegalizeOps()(mod)
+    mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
     mod = ApplyTunedKernels(target)(mod)
     return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
 
 
-__all__ = ["ApplyTunedKernels", "build", "current", "extract_tasks", "load_model",
-           "match_matmul", "tune_model"]
+__all__ = ["ApplyTunedKernels", "build", "current", "extract_tasks", "legalize_as_strategy",
+           "legalize_matmul", "load_model", "match_matmul", "register_strategy", "tune_model",
+           "workload_of_call"]

@@ -19,15 +19,21 @@ auto_unroll_max_step, unroll_explicit; new: vec, offset, double_buffer.
 from __future__ import annotations
 
 
-def simt_gemm_compute(wl):
-    """TE tensors [A, B, C]; accumulation in out_dtype."""
+def simt_gemm_compute(wl, A=None, B=None):
+    """TE tensors [A, B, C] of the plain matmul (given A and B tensors, or placeholders);
+    accumulation in out_dtype. Also the compute of MetaSchedule's and Relax's form of every
+    template: sizes are taken from A and B, so int64-shaped tensors (Relax) give the same
+    PrimFunc as ``call_te`` does."""
     from tvm import te  # noqa: PLC0415
 
     batched = wl.op != "dense"
-    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
-    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    A = A if A is not None else te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = B if B is not None else te.placeholder(wl.b_shape, wl.dtype, name="B")
     lead = (lambda b: (b,)) if batched else (lambda b: ())
-    k = te.reduce_axis((0, wl.K), name="k")
+    m_dim = A.shape[-1] if wl.transpose_a else A.shape[-2]
+    k_dim = A.shape[-2] if wl.transpose_a else A.shape[-1]
+    n_dim = B.shape[-2] if wl.transpose_b else B.shape[-1]
+    k = te.reduce_axis((0, k_dim), name="k")
     out = wl.out_dtype
 
     def body(b, i, j):
@@ -36,9 +42,9 @@ def simt_gemm_compute(wl):
         return te.sum(a.astype(out) * bb.astype(out), axis=k)
 
     if batched:
-        C = te.compute(wl.out_shape, lambda b, i, j: body(b, i, j), name="C")
+        C = te.compute((A.shape[0], m_dim, n_dim), lambda b, i, j: body(b, i, j), name="C")
     else:
-        C = te.compute(wl.out_shape, lambda i, j: body(0, i, j), name="C")
+        C = te.compute((m_dim, n_dim), lambda i, j: body(0, i, j), name="C")
     return [A, B, C]
 
 

@@ -65,7 +65,18 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     _, xo, xi = tile_x
     ki = tile_k[-1]
     c = sch.get_sblock("C")
-    pack = sch.get_sblock("B_packed")
+    try:
+        pack = sch.get_sblock("B_packed")
+    except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
+        pack = sch.cache_read(c, 1, "global")
+        batched = wl.op != "dense"
+        if wl.transpose_b:  # B[.., n, k] -> panels [.., n // xi, k, n % xi]
+            index_map = (lambda b, n, k: (b, n // xi, k, n % xi)) if batched else \
+                (lambda n, k: (n // xi, k, n % xi))
+        else:  # B[.., k, n]
+            index_map = (lambda b, k, n: (b, n // xi, k, n % xi)) if batched else \
+                (lambda k, n: (n // xi, k, n % xi))
+        sch.transform_layout(pack, ("write", 0), index_map)
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
