@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 
@@ -72,3 +73,48 @@ def test_tune_model_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tvm_ext.tune", "--model", "nope.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "model file nope.py does not exist" in bad.stderr
+
+
+def _bias_relu_model():
+    from tvm.script import relax as R
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((4, 64, 32), "float32"))
+    w = relax.Var("w", R.Tensor((4, 32, 48), "float32"))
+    bias = relax.Var("bias", R.Tensor((48,), "float32"))
+    with bb.function("main", [x, w, bias]):
+        with bb.dataflow():
+            y = bb.emit(R.matmul(x, w))
+            out = bb.emit_output(R.nn.relu(R.add(y, bias)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _check_fused(target, dev):
+    mod = _bias_relu_model()
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype("float32") for s in ((4, 64, 32), (4, 32, 48), (48,))]
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = tr.build(mod, target, fuse_epilogue=True)
+    assert len(ctx.report.choices) == 1
+    vm = relax.VirtualMachine(ex, dev)
+    got = vm["main"](*[tvm.runtime.tensor(x, dev) for x in xs]).numpy()
+    np.testing.assert_allclose(got, np.maximum(xs[0] @ xs[1] + xs[2], 0), rtol=1e-4, atol=1e-4)
+
+
+def test_epilogue_is_fused_into_our_kernel():
+    fused = tvm.transform.Sequential([
+        relax.transform.AnnotateTIROpPattern(), relax.transform.FuseOps(),
+        relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])(
+            tr.legalize_as_strategy(_bias_relu_model()))
+    applied = tr.ApplyTunedKernels("llvm")(fused)
+    prims = [(gv.name_hint, f) for gv, f in applied.functions.items()
+             if isinstance(f, tvm.tirx.PrimFunc)]
+    assert len(prims) == 1  # matmul + bias + relu: one kernel
+    assert prims[0][1].attrs["tvm_ext.template"] == "batch_matmul.x86"
+    _check_fused("llvm", tvm.cpu())
+
+
+@pytest.mark.gpu
+def test_epilogue_fused_on_gpu():
+    from tvm_ext.target import default_target
+    _check_fused(default_target(), tvm.cuda(0))

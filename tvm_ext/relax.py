@@ -49,7 +49,38 @@ def match_matmul(func) -> Optional[Workload]:
         return None
     if len(blocks) != 1:
         return None
-    block = sch.get(blocks[0])
+    return _match_block(func, sch.get(blocks[0]), fused=False)
+
+
+def match_fused(func) -> Optional[Tuple[Workload, str, List[str]]]:
+    """(Workload, matmul block name, epilogue block names) for a FuseOps result whose first
+    block is a matmul (as ``legalize_matmul`` writes it: block "C") and whose other blocks are
+    elementwise (bias, activation, cast) ending in the function's output."""
+    from tvm import s_tir  # noqa: PLC0415
+    if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) < 3:
+        return None
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    except Exception:  # noqa: BLE001
+        return None
+    if len(blocks) < 2 or blocks[0].name_hint != "C":
+        return None
+    wl = _match_block(func, blocks[0], fused=True)
+    if wl is None:
+        return None
+    out_shape = [_int(d) for d in blocks[0].writes[0].source.shape]
+    for blk in blocks[1:]:
+        if any(int(iv.iter_type) != 0 for iv in blk.iter_vars) or len(blk.writes) != 1:
+            return None
+        if [_int(d) for d in blk.writes[0].source.shape] != out_shape:
+            return None
+    if not blocks[-1].writes[0].source.same_as(func.params[-1]):
+        return None
+    return wl, blocks[0].name_hint, [b.name_hint for b in blocks[1:]]
+
+
+def _match_block(func, block, *, fused: bool) -> Optional[Workload]:
     kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0 spatial, 2 reduction
     if kinds.count(2) != 1 or kinds[-1] != 2 or len(kinds) not in (3, 4) or block.init is None:
         return None
@@ -88,9 +119,11 @@ def match_matmul(func) -> Optional[Workload]:
         tb = "T"
     else:
         return None
-    pa, pb, pc = func.params
-    if not (a.source.same_as(pa) and b.source.same_as(pb) and out.source.same_as(pc)):
+    pa, pb, pc = func.params[0], func.params[1], out.source
+    if not (a.source.same_as(pa) and b.source.same_as(pb)):
         return None
+    if fused == any(out.source.same_as(p) for p in func.params):
+        return None  # plain: writes the output param; fused: writes an intermediate
     shape = [_int(d) for d in pc.shape]
     a_shape = [_int(d) for d in pa.shape]
     b_shape = [_int(d) for d in pb.shape]
@@ -112,6 +145,18 @@ def match_matmul(func) -> Optional[Workload]:
         return Workload("dense", 1, shape[0], shape[1], K, dtype, out_dtype, layout)
     except TvmExtError:
         return None
+
+
+def _schedule_fused(task, config, func, epilogue: List[str]):
+    """The template's schedule on the matmul block of a fused function, its elementwise
+    epilogue computed in the matmul's write-back (registers -> output, one pass)."""
+    from tvm import s_tir  # noqa: PLC0415
+    sch = s_tir.Schedule(func)
+    for name in epilogue[:-1]:
+        sch.compute_inline(sch.get_sblock(name))
+    task.template.schedule(sch, config, task.workload, task.facts)
+    sch.reverse_compute_inline(sch.get_sblock(epilogue[-1]))
+    return sch.mod["main"]
 
 
 def _call_counts(mod) -> Dict[str, int]:
@@ -165,14 +210,21 @@ class ApplyTunedKernels:
             if not isinstance(f, tvm.tirx.PrimFunc) or f.attrs is not None and \
                     f.attrs.get("tirx.is_scheduled", False):
                 continue
-            wl = match_matmul(f)
+            wl, fused = match_matmul(f), None
             if wl is None:
-                continue
+                fused = match_fused(f)
+                if fused is None:
+                    continue
+                wl = fused[0]
             try:
                 task, choice = choose(wl, self.target)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
-            new = task.instantiate(choice.config)["main"].without_attr("global_symbol")
+            if fused is None:
+                new = task.instantiate(choice.config)["main"]
+            else:
+                new = _schedule_fused(task, choice.config, f, fused[2])
+            new = new.without_attr("global_symbol")
             for key, value in (f.attrs.items() if f.attrs is not None else []):
                 if key != "global_symbol":
                     new = new.with_attr(key, value)
@@ -300,13 +352,22 @@ def _remember_default():
 _remember_default()
 
 
-def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False):
+def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
+          fuse_epilogue: bool = False):
     """LegalizeOps (with ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
     the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
-    TVM's pipeline for everything else."""
+    TVM's pipeline for everything else. ``fuse_epilogue`` (implies ``strategy``) first fuses
+    each matmul with the elementwise ops after it (TVM's FuseOps) and computes them in our
+    kernel's write-back."""
     from .target import parse_target  # noqa: PLC0415
     target = parse_target(target)
-    mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
+    if fuse_epilogue:
+        mod = tvm.transform.Sequential([
+            _relax.transform.AnnotateTIROpPattern(), _relax.transform.FuseOps(),
+            _relax.transform.FuseTIR(), _relax.transform.DeadCodeElimination()])(
+                legalize_as_strategy(mod))
+    else:
+        mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
     mod = ApplyTunedKernels(target)(mod)
     return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
 
