@@ -6,8 +6,9 @@
 2. ``torch.export`` -> ``tvm.relax.frontend.torch.from_exported_program`` -> a Relax IRModule,
 3. ``tvm_ext.relax.extract_tasks``: the matmul workloads and how often each runs,
 4. ``tvm_ext.relax.tune_model``: the XGB tuner on each, one log, budget split by weight,
-5. build twice: TVM's default pipeline (dlight schedules every kernel) and ``tvm_ext.relax.build``
-   under ``apply_history_best`` (our kernels for the matmuls, dlight for the rest),
+5. build three ways: TVM's default pipeline (dlight schedules every kernel), ``tvm_ext.relax.build``
+   under ``apply_history_best`` (our kernels for the matmuls, dlight for the rest), and the same
+   with ``fuse_epilogue=True`` (residual adds and the ReLU computed in our kernels),
 6. check both against torch and time them against torch eager (TF32 off).
 
 Needs a CUDA GPU and torch.
@@ -68,23 +69,27 @@ def main(argv=None):
     print("matmul tasks:")
     for wl, n in tasks:
         print(f"  {wl}  x{n}")
-    t0 = time.time()
-    for wl, n, budget, s in tr.tune_model(mod, target, trials=args.trials, log=args.log,
-                                          tuner="xgb"):
-        print(f"  tuned {wl}: {s.trials} trials, best {s.best_gflops:.0f} GFLOP/s")
-    print(f"tuning took {time.time() - t0:.0f}s")
+    if args.trials:  # --trials 0 reuses an existing log
+        t0 = time.time()
+        for wl, n, budget, s in tr.tune_model(mod, target, trials=args.trials, log=args.log,
+                                              tuner="xgb"):
+            print(f"  tuned {wl}: {s.trials} trials, best {s.best_gflops:.0f} GFLOP/s")
+        print(f"tuning took {time.time() - t0:.0f}s")
 
     dev = tvm.cuda(0)
     with tvm_ext.apply_history_best(args.log) as ctx:
         ours = tr.build(mod, target)
     print(ctx.report)
+    with tvm_ext.apply_history_best(args.log):
+        fused = tr.build(mod, target, fuse_epilogue=True)
     default = tvm.compile(mod, target=target)
 
     xt = tvm.runtime.tensor(x.numpy(), dev)
     with torch.no_grad():
         want = block.cuda()(x.cuda()).cpu().numpy()
     times = {}
-    for name, ex in (("tvm default (dlight)", default), ("tvm_ext tuned", ours)):
+    for name, ex in (("tvm default (dlight)", default), ("tvm_ext tuned", ours),
+                     ("tvm_ext tuned, fused", fused)):
         vm = relax.VirtualMachine(ex, dev)
         got = vm["main"](xt)
         np.testing.assert_allclose(got.numpy(), want, rtol=2e-3, atol=2e-3)
