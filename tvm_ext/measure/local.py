@@ -35,15 +35,14 @@ class LocalMeasurer:
         self.seed = seed
         self._cache = {}
 
-    def _buffers(self, task: Task, dev):
-        import tvm  # noqa: PLC0415
-        key = (task.workload.key(), str(dev))
+    def _inputs(self, task: Task):
+        """Seeded inputs and their check, kept for the last workload measured."""
+        key = task.workload.key()
         if key not in self._cache:
             rng = np.random.default_rng(self.seed)
             a, b = task.random_inputs(rng)
-            ref = OutputCheck(task.workload, a, b, seed=self.seed) if self.check else None
-            self._cache = {key: (a, b, ref, tvm.runtime.tensor(a, dev),
-                                 tvm.runtime.tensor(b, dev))}
+            check = OutputCheck(task.workload, a, b, seed=self.seed) if self.check else None
+            self._cache = {key: (a, b, check)}
         return self._cache[key]
 
     def measure(self, task: Task, configs: Sequence) -> List[MeasureResult]:
@@ -65,29 +64,42 @@ class LocalMeasurer:
         return self.run(task, ex, t0)
 
     def run(self, task: Task, ex, t0: float) -> MeasureResult:
-        import tvm  # noqa: PLC0415
         dev = device_for(task.target)
-        wl = task.workload
         try:
-            a, b, ref, ta, tb = self._buffers(task, dev)
-            out = np.full(wl.out_shape, np.nan if wl.out_dtype.startswith(("float", "bf"))
-                          else -7, dtype=wl.out_dtype)
-            tc = tvm.runtime.tensor(out, dev)
-            func = ex.mod["main"] if hasattr(ex, "mod") else ex["main"]
-            func(ta, tb, tc)
-            dev.sync()
-            problem = ref(tc.numpy()) if ref is not None else None
-            if problem:
-                return MeasureResult.error(MeasureErrorNo.WRONG_ANSWER, problem,
-                                           time.time() - t0)
+            a, b, check = self._inputs(task)
             mod = ex.mod if hasattr(ex, "mod") else ex
-            timer = mod.time_evaluator("main", dev, number=self.number, repeat=self.repeat,
-                                       min_repeat_ms=self.min_repeat_ms)
-            costs = list(timer(ta, tb, tc).results)
+            kind, payload = run_arrays(task, mod, dev, a, b, check, number=self.number,
+                                       repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                                       cache_flush=False)
         except Exception as err:  # noqa: BLE001
             return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, _last_line(err),
                                        time.time() - t0)
-        return MeasureResult(costs, 0, time.time() - t0, time.time())
+        if kind != "ok":
+            return MeasureResult.error(MeasureErrorNo.WRONG_ANSWER, payload, time.time() - t0)
+        return MeasureResult(payload, 0, time.time() - t0, time.time())
+
+
+def run_arrays(task, mod, dev, a, b, check, *, number, repeat, min_repeat_ms, cache_flush,
+               tensor=None):
+    """Run a loaded module once on NaN-poisoned output, check it (``check(output)`` -> problem
+    or None), then time it. Returns ("ok", costs) or ("wrong", problem). ``tensor`` makes device
+    tensors (local or remote)."""
+    import tvm  # noqa: PLC0415
+    wl = task.workload
+    tensor = tensor or (lambda arr: tvm.runtime.tensor(arr, dev))
+    poison = np.full(wl.out_shape, np.nan if wl.out_dtype.startswith(("float", "bf")) else -7,
+                     dtype=wl.out_dtype)
+    ta, tb, tc = tensor(a), tensor(b), tensor(poison)
+    mod["main"](ta, tb, tc)
+    dev.sync()
+    if check is not None:
+        problem = check(tc.numpy())
+        if problem:
+            return ("wrong", problem)
+    kwargs = {"f_preproc": "cache_flush_cpu_non_first_arg"} if cache_flush else {}
+    timer = mod.time_evaluator("main", dev, number=number, repeat=repeat,
+                               min_repeat_ms=min_repeat_ms, **kwargs)
+    return ("ok", list(timer(ta, tb, tc).results))
 
 
 def _last_line(err: BaseException) -> str:

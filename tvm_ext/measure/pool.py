@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..task import OutputCheck
+from .local import run_arrays
 from .result import MeasureErrorNo, MeasureResult
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -165,29 +166,6 @@ def _inputs(task, seed):
         a, b = task.random_inputs(rng)
         _DATA[key] = (a, b, OutputCheck(task.workload, a, b, seed=seed))
     return _DATA[key]
-
-
-def run_arrays(task, mod, dev, a, b, check, *, number, repeat, min_repeat_ms, cache_flush,
-               tensor=None):
-    """Check (``check(output) -> problem or None``) and time a loaded module; ``tensor`` makes
-    device tensors (local or remote)."""
-    import numpy as np  # noqa: PLC0415
-    import tvm  # noqa: PLC0415
-    wl = task.workload
-    tensor = tensor or (lambda arr: tvm.runtime.tensor(arr, dev))
-    poison = np.full(wl.out_shape, np.nan if wl.out_dtype.startswith(("float", "bf")) else -7,
-                     dtype=wl.out_dtype)
-    ta, tb, tc = tensor(a), tensor(b), tensor(poison)
-    mod["main"](ta, tb, tc)
-    dev.sync()
-    if check is not None:
-        problem = check(tc.numpy())
-        if problem:
-            return ("wrong", problem)
-    kwargs = {"f_preproc": "cache_flush_cpu_non_first_arg"} if cache_flush else {}
-    timer = mod.time_evaluator("main", dev, number=number, repeat=repeat,
-                               min_repeat_ms=min_repeat_ms, **kwargs)
-    return ("ok", list(timer(ta, tb, tc).results))
 
 
 _LOADED: Dict[str, Any] = {}

@@ -12,6 +12,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .local import run_arrays
 from .result import MeasureErrorNo, MeasureResult
 
 
@@ -55,7 +56,7 @@ def rpc_drain(measurer, task, todo, results, lock):
                 remote.upload(path)
                 rmod = remote.load_module(os.path.basename(path))
                 dev = remote.cuda(0) if task.target.kind.name == "cuda" else remote.cpu(0)
-                kind, payload = pool.run_arrays(
+                kind, payload = run_arrays(
                     task, rmod, dev, a, b, ref if opts["check"] else None,
                     number=opts["number"], repeat=opts["repeat"],
                     min_repeat_ms=opts["min_repeat_ms"], cache_flush=False,
