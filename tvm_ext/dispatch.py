@@ -98,6 +98,9 @@ class ApplyHistoryBest:
         _CURRENT.reset(self._token)
         if self.report.choices:
             logger.info(self.report.summary())
+        if self.unknown_template:
+            logger.info("tvm_ext: %d log records were for templates this version does not "
+                        "have and were not used", self.unknown_template)
 
 
 def apply_history_best(logs) -> ApplyHistoryBest:

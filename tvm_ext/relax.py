@@ -104,20 +104,8 @@ def _match_block(func, block, *, fused: bool) -> Optional[Workload]:
     if len(a_idx) < 2 or len(b_idx) < 2:
         return None
 
-    def is_(x, v):
-        return x.same_as(v)
-
-    if is_(a_idx[-1], k) and is_(a_idx[-2], m):
-        ta = "N"
-    elif is_(a_idx[-1], m) and is_(a_idx[-2], k):
-        ta = "T"
-    else:
-        return None
-    if is_(b_idx[-1], n) and is_(b_idx[-2], k):
-        tb = "N"
-    elif is_(b_idx[-1], k) and is_(b_idx[-2], n):
-        tb = "T"
-    else:
+    ta, tb = _storage(a_idx, m, k), _storage(b_idx, k, n)
+    if ta is None or tb is None:
         return None
     pa, pb, pc = func.params[0], func.params[1], out.source
     if not (a.source.same_as(pa) and b.source.same_as(pb)):
@@ -145,6 +133,15 @@ def _match_block(func, block, *, fused: bool) -> Optional[Workload]:
         return Workload("dense", 1, shape[0], shape[1], K, dtype, out_dtype, layout)
     except TvmExtError:
         return None
+
+
+def _storage(idx, row, col) -> Optional[str]:
+    """'N' if the last two indices are (row, col), 'T' if (col, row), else None."""
+    if idx[-2].same_as(row) and idx[-1].same_as(col):
+        return "N"
+    if idx[-2].same_as(col) and idx[-1].same_as(row):
+        return "T"
+    return None
 
 
 def _schedule_fused(task, config, func, epilogue: List[str]):

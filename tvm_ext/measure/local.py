@@ -39,10 +39,8 @@ class LocalMeasurer:
         """Seeded inputs and their check, kept for the last workload measured."""
         key = task.workload.key()
         if key not in self._cache:
-            rng = np.random.default_rng(self.seed)
-            a, b = task.random_inputs(rng)
-            check = OutputCheck(task.workload, a, b, seed=self.seed) if self.check else None
-            self._cache = {key: (a, b, check)}
+            a, b, check = seeded_data(task, self.seed)
+            self._cache = {key: (a, b, check if self.check else None)}
         return self._cache[key]
 
     def measure(self, task: Task, configs: Sequence) -> List[MeasureResult]:
@@ -77,6 +75,12 @@ class LocalMeasurer:
         if kind != "ok":
             return MeasureResult.error(MeasureErrorNo.WRONG_ANSWER, payload, time.time() - t0)
         return MeasureResult(payload, 0, time.time() - t0, time.time())
+
+
+def seeded_data(task, seed: int):
+    """(A, B, OutputCheck) drawn from ``seed``: every measurer checks the same inputs."""
+    a, b = task.random_inputs(np.random.default_rng(seed))
+    return a, b, OutputCheck(task.workload, a, b, seed=seed)
 
 
 def run_arrays(task, mod, dev, a, b, check, *, number, repeat, min_repeat_ms, cache_flush,

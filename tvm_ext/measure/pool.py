@@ -28,8 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..task import OutputCheck
-from .local import run_arrays
+from .local import run_arrays, seeded_data
 from .result import MeasureErrorNo, MeasureResult
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -158,13 +157,10 @@ def build_in_worker(spec: Dict[str, Any], config_json: Dict[str, Any], out_dir: 
 
 
 def _inputs(task, seed):
-    import numpy as np  # noqa: PLC0415
     key = (task.workload.key(), seed)
     if key not in _DATA:
         _DATA.clear()
-        rng = np.random.default_rng(seed)
-        a, b = task.random_inputs(rng)
-        _DATA[key] = (a, b, OutputCheck(task.workload, a, b, seed=seed))
+        _DATA[key] = seeded_data(task, seed)
     return _DATA[key]
 
 
