@@ -172,6 +172,18 @@ GPU_SUITE = {
     "mm8192": Workload.create("dense", (8192, 8192, 8192), layout="NN"),
     "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
     "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
+    # The tensor-core suite: small RFC shapes (M x N x K), square GEMMs, attention scores.
+    "tc512x64_f16": Workload.create("dense", (512, 64, 512), "float16", layout="NT"),
+    "tc512x32_f16": Workload.create("dense", (512, 32, 512), "float16", layout="NT"),
+    "tc512x16_f16": Workload.create("dense", (512, 16, 512), "float16", layout="NT"),
+    "tc512x64_i8": Workload.create("dense", (512, 64, 512), "int8", layout="NT"),
+    "tc512x32_i8": Workload.create("dense", (512, 32, 512), "int8", layout="NT"),
+    "tc512x16_i8": Workload.create("dense", (512, 16, 512), "int8", layout="NT"),
+    "mm1024_f16": Workload.create("dense", (1024, 1024, 1024), "float16", layout="NT"),
+    "mm8192_f16_nt": Workload.create("dense", (8192, 8192, 8192), "float16", layout="NT"),
+    "mm8192_f16_nn": Workload.create("dense", (8192, 8192, 8192), "float16", layout="NN"),
+    "attn_f16": Workload.create("batch_matmul", (256, 1024, 1024, 128), "float16",
+                                layout="NT"),
 }
 
 
@@ -211,14 +223,21 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
         b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
+        if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
+            def vendor():
+                return torch._int_mm(a_mk, b_kn)
+        else:
+            def vendor():
+                return torch.matmul(a_mk, b_kn)
+
         def torch_time():
             samples = []
             for _ in range(3):
-                torch.matmul(a_mk, b_kn)
+                vendor()
             for _ in range(repeat):
                 start.record()
                 for _ in range(10):
-                    torch.matmul(a_mk, b_kn)
+                    vendor()
                 end.record()
                 torch.cuda.synchronize()
                 samples.append(start.elapsed_time(end) / 10 / 1e3)

@@ -24,7 +24,7 @@ from tvm import relax as _relax
 
 from .dispatch import choose, current
 from .errors import TvmExtError
-from .template import templates_for
+from .template import get_template, templates_for
 from .workload import DTYPES, Workload
 
 _OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
@@ -365,8 +365,16 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
                 legalize_as_strategy(mod))
     else:
         mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
-    mod = ApplyTunedKernels(target)(mod)
-    return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
+    apply = ApplyTunedKernels(target)
+    mod = apply(mod)
+    config = {}
+    for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
+        config.update(get_template(name).pass_config)
+    if not config:
+        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
+    ctx = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=ctx.opt_level, config={**ctx.config, **config}):
+        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
 
 
 __all__ = ["ApplyTunedKernels", "build", "current", "extract_tasks", "legalize_as_strategy",

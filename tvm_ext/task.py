@@ -89,10 +89,20 @@ class Task:
         """Compile a config: a ``tvm.runtime.Executable`` whose ``main`` takes (A, B, C)."""
         import tvm  # noqa: PLC0415
 
-        mod = self.instantiate(config)
+        return self.compile(self.instantiate(config))
+
+    def compile(self, mod):
+        """``tvm.compile`` a module of ``instantiate``, with the template's pass options."""
+        import tvm  # noqa: PLC0415
+
         if self.target.kind.name == "cuda":
             ensure_cuda_compiler()
-        return tvm.compile(mod, target=self.target)
+        if not self.template.pass_config:
+            return tvm.compile(mod, target=self.target)
+        ctx = tvm.transform.PassContext.current()
+        with tvm.transform.PassContext(opt_level=ctx.opt_level,
+                                       config={**ctx.config, **self.template.pass_config}):
+            return tvm.compile(mod, target=self.target)
 
     def loop_features(self, index: int):
         """Loop-structure features of a config's scheduled TensorIR (for cost models)."""

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .errors import TemplateError
 
 _REGISTRY: Dict[str, "Template"] = {}
-_OP_MODULES = ("tvm_ext.ops.batch_matmul", "tvm_ext.ops.dense")
+_OP_MODULES = ("tvm_ext.ops.batch_matmul", "tvm_ext.ops.dense", "tvm_ext.ops.tensorcore")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class Template:
     priority: int = 0
     # Imports a template needs before scheduling (e.g. tensor intrinsics): kept lazy.
     prepare: Optional[Callable] = None
+    # PassContext options the template's kernels must be compiled with.
+    pass_config: Dict[str, Any] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def why_not(self, workload, facts) -> Optional[str]:

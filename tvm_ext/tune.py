@@ -230,8 +230,52 @@ def run(argv: Optional[List[str]] = None) -> int:
     if args.model:
         return _tune_model(args)
     wl = _workload(args)
+    names = _templates(args, wl)
+    if len(names) > 1:
+        print(f"{wl}: {len(names)} templates apply ({', '.join(names)}); the --trials budget "
+              "is split between them and the log records which template each config is for")
+    log = Path(args.log) if args.log else default_log(wl.op, args.target_obj)
+    shares = [args.trials // len(names) + (i < args.trials % len(names))
+              for i in range(len(names))]
+    for name, share in zip(names, shares):
+        rc = _tune_task(args, wl, name, max(share, 1), log)
+        if rc:
+            return rc
+    if args.list_space or args.dry_run:
+        return 0
+    best = record.best_for(record.load(log), wl, args.target_obj)
+    if best is None:
+        print("no valid config measured")
+        return 1
+    print(f"best: {best.result.mean * 1e3:.4f} ms  {wl.flop / best.result.mean / 1e9:.1f} "
+          f"GFLOP/s  {best.task_name} {best.config}")
+    return 0
+
+
+def _templates(args, wl) -> List[str]:
+    """The templates to tune: the one asked for, the one a --space file is for, else every
+    template that applies (for f16/int8 on CUDA: CUDA cores and tensor cores alike, as AutoTVM
+    tuned each template of an op as its own task)."""
+    import json  # noqa: PLC0415
+
+    from .template import templates_for  # noqa: PLC0415
+    if args.template:
+        return [args.template]
+    if args.space:
+        try:
+            spec = json.loads(Path(args.space).read_text())
+        except (OSError, ValueError):
+            spec = None  # Task reports the unreadable file in one line
+        if isinstance(spec, dict) and spec.get("template"):
+            return [spec["template"]]
+    return [t.name for t in templates_for(wl, args.target_obj)]
+
+
+def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
+    from . import record  # noqa: PLC0415
+    from .target import describe  # noqa: PLC0415
     from .task import Task  # noqa: PLC0415
-    task = Task(wl, args.target_obj, template=args.template, space_file=args.space)
+    task = Task(wl, args.target_obj, template=template, space_file=args.space)
     space = task.space
     print(f"task: {task.name} for {wl} on {describe(task.target)}; space {len(space)} configs")
 
@@ -242,12 +286,10 @@ def run(argv: Optional[List[str]] = None) -> int:
         print(f"fallback: {task.fallback_config()}")
         return 0
 
-    log = Path(args.log) if args.log else default_log(wl.op, task.target)
     from .tuner import XGBTuner, make_tuner, warm_start  # noqa: PLC0415
     tuner = make_tuner(args.tuner, space, seed=args.seed)
     if isinstance(tuner, XGBTuner):
         tuner.loop_features = task.loop_features
-    previous = []
     for path in args.transfer or []:
         n = warm_start(tuner, task, record.for_target(record.load(path), task.target))
         print(f"transfer: {n} records of {task.name} for other workloads from {path}")
@@ -261,7 +303,7 @@ def run(argv: Optional[List[str]] = None) -> int:
             known = [(i, c) for i, c in known if i is not None]
             tuner.load_history([i for i, _ in known], [c for _, c in known])
             print(f"resume: {len(known)} configs of this task already in {log}; "
-                  f"measuring up to {args.trials} new ones")
+                  f"measuring up to {trials} new ones")
     elif args.resume:
         print(f"resume: {log} does not exist yet; starting a new log")
 
@@ -270,31 +312,25 @@ def run(argv: Optional[List[str]] = None) -> int:
         task.instantiate(fb)
         print(f"fallback config (schedules fine): {fb}")
         print(f"first proposals of the {args.tuner} tuner:")
-        for i in tuner.ask(min(args.trials, 5)):
+        for i in tuner.ask(min(trials, 5)):
             print(f"  {space.get(i)}")
-        print(f"would measure {args.trials} configs into {log}")
+        print(f"would measure {trials} configs into {log}")
         return 0
 
     from .tuner import tune  # noqa: PLC0415
     measurer = _measurer(args)
     print(f"log: {log}")
-    progress = Progress(args.trials, args.quiet)
+    progress = Progress(trials, args.quiet)
     try:
-        summary = tune(task, tuner, measurer, n_trial=args.trials, batch_size=args.batch_size,
+        summary = tune(task, tuner, measurer, n_trial=trials, batch_size=args.batch_size,
                        early_stopping=args.early_stopping,
                        callbacks=[record.LogWriter(log), progress])
     finally:
         progress.close()
         if hasattr(measurer, "close"):
             measurer.close()
-    print(f"measured {summary.trials} configs in {summary.elapsed:.1f}s "
+    print(f"measured {summary.trials} configs of {task.name} in {summary.elapsed:.1f}s "
           f"({summary.errors} failed) into {log}")
-    best = record.best_for(record.load(log), wl, task.target)
-    if best is None:
-        print("no valid config measured")
-        return 1
-    print(f"best: {best.result.mean * 1e3:.4f} ms  {wl.flop / best.result.mean / 1e9:.1f} "
-          f"GFLOP/s  {best.task_name} {best.config}")
     return 0
 
 

@@ -55,7 +55,7 @@ class LocalMeasurer:
             return MeasureResult.error(MeasureErrorNo.INSTANTIATION_ERROR, str(err),
                                        time.time() - t0)
         try:
-            ex = tvm.compile(mod, target=task.target)
+            ex = task.compile(mod)
         except Exception as err:  # noqa: BLE001  (any compiler failure is a record)
             return MeasureResult.error(MeasureErrorNo.COMPILE_HOST, _last_line(err),
                                        time.time() - t0)

@@ -140,7 +140,7 @@ def build_in_worker(spec: Dict[str, Any], config_json: Dict[str, Any], out_dir: 
     except InstantiationError as err:
         return int(MeasureErrorNo.INSTANTIATION_ERROR), str(err)
     try:
-        ex = tvm.compile(mod, target=task.target)
+        ex = task.compile(mod)
     except Exception as err:  # noqa: BLE001
         return int(MeasureErrorNo.COMPILE_HOST), _last_line(err)
     fd, path = tempfile.mkstemp(suffix=".so", dir=out_dir)

@@ -1,0 +1,453 @@
+"""TensorCore GEMM templates: ``*_tensorcore.cuda`` (wmma, TOPI's knobs) and ``*_mma.cuda``
+(ldmatrix + mma.sync, cp.async multi-stage pipeline).
+
+Both schedule the plain matmul of ``gemm_cuda.simt_gemm_compute`` (the same PrimFunc Relax and
+MetaSchedule see), accumulating in the workload's out_dtype: f16 -> f32 or f16, int8 -> int32.
+
+wmma (TVM <= 0.19 dense_tensorcore / batch_matmul_tensorcore structure):
+
+- grid (batch, M tiles, N tiles); a block has block_row_warps x block_col_warps warps, each warp
+  owns warp_row_tiles x warp_col_tiles 16x16 accumulator fragments; block tile
+  (brw*wrt*16) x (bcw*wct*16), K stepped by chunk*16;
+- A and B tiles are staged in shared memory by all threads with ``vec``-element loads, rows
+  padded by ``offset`` elements (bank conflicts, and wmma's ldm rule);
+- the accumulators go through shared memory (``offsetCS`` padding) and are written out by all
+  threads with ``vec``-wide stores: coalesced, and the place where f32 -> f16 casts and the crop of
+  a padded tile happen;
+- wmma_m is TOPI's fragment shape knob; TVM 0.27 registers only the 16x16x16 shapes, so it is 16.
+
+Shared memory is ``shared.dyn``: TVM plans one dynamic buffer by liveness, so the accumulator
+staging reuses the bytes of the A/B tiles, and tiles beyond 48 KB are allowed (the runtime raises
+the kernel's dynamic shared-memory limit).
+
+Layouts: wmma has row/col-major loads for B only (its mma_sync takes A as [m, k]), so an A stored
+[K, M] (TN, TT) is transposed on its way into shared memory. int8 fragments must start on 32-byte
+boundaries (wmma's pointer rule), which a 16-wide int8 column offset breaks (the
+cudaErrorMisalignedAddress of a plain schedule); int8 tiles are therefore stored fragment-major in
+shared memory, [k / 16][rows][16], so every fragment starts at a multiple of 256 bytes.
+
+Unaligned shapes: M, N, K are padded up to the block tile (``pad_einsum``); the pad is computed
+inside the shared-memory loads (zeros outside the tensor) and the crop inside the write-back, so
+no extra kernel or buffer is needed. Spaces keep the padded flops <= 2x the real ones.
+"""
+from __future__ import annotations
+
+from . import intrin
+
+FRAG = 16
+
+
+def _lead(idx):
+    return tuple(idx[:-2])
+
+
+def _tc_dtypes(wl):
+    int8 = wl.dtype == "int8"
+    acc = wl.out_dtype
+    return int8, acc
+
+
+def padded(n, tile):
+    return -(-n // tile) * tile
+
+
+def _pad(sch, block, wl, tiles):
+    """Pad the matmul's iteration domain up to the tiles; returns the blocks to inline."""
+    tm, tn, tk = tiles
+    if wl.M % tm == 0 and wl.N % tn == 0 and wl.K % tk == 0:
+        return False
+    nb = 0 if wl.op == "dense" else 1
+    sch.pad_einsum(block, [1] * nb + [tm, tn, tk])
+    return True
+
+
+def _wmma_names(I, wl, scope):
+    int8, acc = _tc_dtypes(wl)
+    dyn = "_DYN" if scope == "shared.dyn" else ""
+    if int8:
+        la = getattr(I, f"WMMA_LOAD_16x16x16_S8_A{dyn}_INTRIN")
+        lb = getattr(I, f"WMMA_LOAD_16x16x16_S8_B{'_TRANS' if wl.transpose_b else ''}"
+                        f"{dyn}_INTRIN")
+        sync = I.WMMA_SYNC_16x16x16_s8s8s32_TRANS_INTRIN if wl.transpose_b else \
+            I.WMMA_SYNC_16x16x16_s8s8s32_INTRIN
+        fill = I.WMMA_FILL_16x16x16_S32_INTRIN
+        store = getattr(I, f"WMMA_STORE_16x16x16_S32_SHARED{dyn}_INTRIN")
+    else:
+        la = getattr(I, f"WMMA_LOAD_16x16x16_F16_A{dyn}_INTRIN")
+        lb = getattr(I, f"WMMA_LOAD_16x16x16_F16_B{'_TRANS' if wl.transpose_b else ''}"
+                        f"{dyn}_INTRIN")
+        out = "f32" if acc == "float32" else "f16"
+        sync = getattr(I, f"WMMA_SYNC_16x16x16_f16f16{out}{'_TRANS' if wl.transpose_b else ''}"
+                          "_INTRIN")
+        fill = getattr(I, f"WMMA_FILL_16x16x16_{out.upper()}_INTRIN")
+        store = getattr(I, f"WMMA_STORE_16x16x16_{out.upper()}_SHARED{dyn}_INTRIN")
+    return la, lb, sync, fill, store
+
+
+def schedule_wmma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, offset, offset_cs, vec,
+                  scope="shared.dyn"):
+    I = intrin.load_cuda()
+    int8, _ = _tc_dtypes(wl)
+    tm, tn, tk = brw * wrt * FRAG, bcw * wct * FRAG, chunk * FRAG
+    c = sch.get_sblock("C")
+    pad = _pad(sch, c, wl, (tm, tn, tk))
+    loops = sch.get_loops(c)
+    batch, (i, j, k) = list(loops[:-3]), loops[-3:]
+    # 1. the 16x16x16 tensor-core tile becomes one block
+    i, i_tc = sch.split(i, [None, FRAG])
+    j, j_tc = sch.split(j, [None, FRAG])
+    k, k_tc = sch.split(k, [None, FRAG])
+    sch.reorder(*batch, i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    # 2. grid / warps / fragments per warp
+    i0, i1, i2 = sch.split(i, [None, brw, wrt])
+    j0, j1, j2 = sch.split(j, [None, bcw, wct])
+    k0, k1 = sch.split(k, [None, chunk])
+    sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
+    if batch:
+        sch.bind(batch[0], "blockIdx.z")
+    sch.bind(i0, "blockIdx.y")
+    sch.bind(j0, "blockIdx.x")
+    warp = sch.fuse(i1, j1)
+    sch.bind(warp, "threadIdx.y")
+    nwarps = brw * bcw
+    # 3. write-back: accumulators -> shared (C tile) -> global, by all threads
+    cs = sch.cache_write(outer, 0, scope)
+    acc = sch.cache_write(outer, 0, "wmma.accumulator")
+    sch.reverse_compute_at(acc, warp)
+    sch.reverse_compute_at(cs, j0)
+    out_bytes = 2 if wl.out_dtype == "float16" else 4
+    _spread(sch, cs, 2, nwarps, min(vec, 16 // out_bytes))  # at most 16-byte stores
+    # 4. A / B tiles in shared memory, loaded by all threads
+    for idx in (0, 1):
+        sh = sch.cache_read(outer, idx, scope)
+        if int8:
+            # fragment-major: [.., k/16, m, 16] (A, B^T) or [.., n/16, k, 16] (B NN)
+            if idx == 0 and wl.transpose_a:   # A [k, m] -> [k/16, m, k%16]
+                sch.transform_layout(sh, ("write", 0), lambda *x: (
+                    *_lead(x), x[-2] // FRAG, x[-1], x[-2] % FRAG))
+            else:  # K-contiguous A / B^T, and B [k, n]: split the contiguous axis
+                sch.transform_layout(sh, ("write", 0), lambda *x: (
+                    *_lead(x), x[-1] // FRAG, x[-2], x[-1] % FRAG))
+        elif idx == 0 and wl.transpose_a:  # wmma takes A as [m, k]
+            sch.transform_layout(sh, ("write", 0), lambda *x: (*_lead(x), x[-1], x[-2]))
+        sch.compute_at(sh, k0)
+        _spread(sch, sh, 2, nwarps, _copy_vec(wl, vec, pad, idx == 0 and wl.transpose_a))
+        if not int8 and offset:
+            sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
+        if pad:
+            _inline_producer(sch, sh)
+    if pad:
+        _inline_consumer(sch, cs)
+    # 5. fragments
+    a_frag = sch.cache_read(outer, 0, "wmma.matrix_a")
+    b_frag = sch.cache_read(outer, 1, "wmma.matrix_b")
+    sch.compute_at(a_frag, k1)
+    sch.compute_at(b_frag, k1)
+    init = sch.decompose_reduction(outer, k0)
+    la, lb, sync, fill, store = _wmma_names(I, wl, scope)
+    sch.tensorize(_tile16(sch, a_frag), la)
+    sch.tensorize(_tile16(sch, b_frag), lb)
+    acc_name = sch.get(acc).name_hint
+    sch.tensorize(_tile16(sch, acc), store)
+    # Set on the block tensorize made (it does not keep the inner block's annotations).
+    sch.storage_align(sch.get_sblock(acc_name + "_o"), 0, axis=-2, factor=32, offset=offset_cs)
+    sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], fill)
+    sch.tensorize(sch.get_loops(c)[-3], sync)
+
+
+def _spread(sch, block, ndim, nwarps, vec):
+    """Fuse a copy's last ``ndim`` loops and split them over the warps' threads, vec-wide."""
+    fused = sch.fuse(*sch.get_loops(block)[-ndim:])
+    _, ty, tx, v = sch.split(fused, [None, nwarps, 32, vec])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(v)
+
+
+def _copy_vec(wl, vec, pad, transposing):
+    """Elements per global -> shared copy. TVM 0.27's CUDA codegen cannot write the zero of a
+    padded int8 vector wider than 4 (it emits make_int2 with 8 arguments), nor a transposing
+    int8 copy wider than 4: those copies use 4 bytes."""
+    if wl.dtype == "int8" and (pad or transposing):
+        return min(vec, 4)
+    return vec
+
+
+def _tile16(sch, block):
+    a, b = sch.get_loops(block)[-2:]
+    a0, a1 = sch.split(a, [None, FRAG])
+    b0, b1 = sch.split(b, [None, FRAG])
+    sch.reorder(a0, b0, a1, b1)
+    return a1
+
+
+def _inline_producer(sch, block):
+    """Inline the pad block that feeds a shared-memory load (zeros outside the tensor)."""
+    for p in sch.get_producers(block):
+        if sch.get(p).name_hint.endswith("_pad"):
+            sch.compute_inline(p)
+
+
+def _inline_consumer(sch, block):
+    """Inline the crop of the padded output into the write-back."""
+    for c in sch.get_consumers(block):
+        sch.reverse_compute_inline(c)
+
+
+def schedule_wmma_from_config(sch, cfg, wl, facts):
+    schedule_wmma(sch, wl, facts, brw=cfg["block_row_warps"].val,
+                  bcw=cfg["block_col_warps"].val, wrt=cfg["warp_row_tiles"].val,
+                  wct=cfg["warp_col_tiles"].val, chunk=cfg["chunk"].val,
+                  offset=cfg["offset"].val, offset_cs=cfg["offsetCS"].val, vec=cfg["vec"].val)
+
+
+# ---- mma.sync + ldmatrix + cp.async pipeline ----
+#
+# Same grid / warp / fragment tiling as the wmma template, on the PTX-level instructions:
+# - global -> shared with 16-byte cp.async copies, ``stages``-deep software pipeline over the
+#   K tiles (stage s loads tile k + s - 1 while tile k is computed), so the loads' latency hides
+#   behind tensor-core work; stages = 1 is a plain synchronous load;
+# - shared -> registers with ldmatrix (x4), which also transposes f16 tiles stored [K, M] / [K, N],
+#   so every layout runs without a transposing copy; int8 has no ldmatrix transpose, so an int8 A
+#   stored [K, M] is transposed on its way into shared memory;
+# - the fragment loads of step k1 + 1 are issued before the mma.sync of step k1 (register double
+#   buffer);
+# - rows padded by ``offset`` elements against ldmatrix bank conflicts;
+# - accumulators -> shared -> global by all threads with 16-byte stores, as in wmma.
+# One mma tile is 16 x 16 x 16 (f16) or 16 x 16 x 32 (int8): two m16n8k16 / m16n8k32 instructions.
+
+
+def _mma_k(wl):
+    return 32 if wl.dtype == "int8" else 16
+
+
+def _ldmatrix_map(I, rows, cols):
+    fn = {(16, 16): I.shared_16x16_to_ldmatrix_32x8_layout,
+          (16, 32): I.shared_16x32_to_ldmatrix_32x16_layout,
+          (32, 16): I.shared_32x16_to_ldmatrix_32x16_layout}[(rows, cols)]
+
+    def index_map(*x):
+        r, c = x[-2], x[-1]
+        return (*_lead(x), r // rows, c // cols, *fn(r % rows, c % cols))
+    return index_map
+
+
+def _mma_names(I, wl, scope, c_scope, a_trans):
+    short = {"float16": "f16", "float32": "f32", "int8": "i8", "int32": "i32"}
+    ind, outd = short[wl.dtype], short[wl.out_dtype]
+    dyn = "_dyn" if scope == "shared.dyn" else ""
+    ta = "_trans" if a_trans else ""
+    tb = "_trans" if wl.transpose_b else ""
+    load_a = f"mma_ldmatrix_{ind}_a{ta}{dyn}"
+    load_b = f"mma_ldmatrix_{ind}_b{tb}{dyn}"
+    if wl.dtype == "int8" and dyn:  # TVM registers the int8 loads for static shared only
+        load_a = register_once("tvm_ext_" + load_a, *I.get_ldmatrix_intrin(
+            32, "int8", "A", False, scope))
+        load_b = register_once("tvm_ext_" + load_b, *I.get_ldmatrix_intrin(
+            32, "int8", "B", wl.transpose_b, scope))
+    compute = f"mma_{ind}{ind}{outd}" + ("_trans_a" if a_trans else "") + \
+        ("_trans_b" if wl.transpose_b else "")
+    fill = f"mma_fill_16x16_{outd}"
+    # TVM registers the stores to global; ours for the static shared C tile.
+    store = f"mma_store_16x16_{outd}_global_" if c_scope == "global" else register_once(
+        f"tvm_ext_mma_store_16x16_{outd}_shared", *I.get_mma_store_intrin(
+            wl.out_dtype, 8, "shared", True))
+    return load_a, load_b, compute, fill, store
+
+
+def register_once(name, desc, impl):
+    return intrin.register_once(name, desc, impl)
+
+
+def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, vec,
+                 scope="shared.dyn"):
+    I = intrin.load_cuda()
+    int8 = wl.dtype == "int8"
+    kf = _mma_k(wl)
+    tm, tn, tk = brw * wrt * FRAG, bcw * wct * FRAG, chunk * kf
+    c = sch.get_sblock("C")
+    pad = _pad(sch, c, wl, (tm, tn, tk))
+    loops = sch.get_loops(c)
+    batch, (i, j, k) = list(loops[:-3]), loops[-3:]
+    i, i_tc = sch.split(i, [None, FRAG])
+    j, j_tc = sch.split(j, [None, FRAG])
+    k, k_tc = sch.split(k, [None, kf])
+    sch.reorder(*batch, i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    i0, i1, i2 = sch.split(i, [None, brw, wrt])
+    j0, j1, j2 = sch.split(j, [None, bcw, wct])
+    k0, k1 = sch.split(k, [None, chunk])
+    sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
+    if batch:
+        sch.bind(batch[0], "blockIdx.z")
+    sch.bind(i0, "blockIdx.y")
+    sch.bind(j0, "blockIdx.x")
+    warp = sch.fuse(i1, j1)
+    sch.bind(warp, "threadIdx.y")
+    nwarps = brw * bcw
+    # Aligned shapes: accumulators straight to global. Padded ones: through a C tile in static
+    # shared memory, written out (cropped) by all threads. (Sharing the dynamic buffer of the
+    # A/B tiles, as wmma does, trips TVM 0.27's StorageRewrite: it gives the f32 C tile the
+    # f16 tile's allocation, and disabling StorageRewrite breaks the warp-memory lowering.)
+    c_scope = "shared" if pad else "global"
+    if pad:
+        cs = sch.cache_write(outer, 0, "shared")
+    c_warp = sch.cache_write(outer, 0, "warp")
+    sch.reverse_compute_at(c_warp, warp)
+    if pad:
+        sch.reverse_compute_at(cs, j0)
+        out_bytes = 2 if wl.out_dtype == "float16" else 4
+        _spread(sch, cs, 2, nwarps, 16 // out_bytes)
+    a_trans = wl.transpose_a and not int8
+    copies = []
+    for idx in (0, 1):
+        sh = sch.cache_read(outer, idx, scope)
+        if idx == 0 and wl.transpose_a and int8:  # no ldmatrix transpose for 8-bit data
+            sch.transform_layout(sh, ("write", 0), lambda *x: (*_lead(x), x[-1], x[-2]))
+        sch.compute_at(sh, k0)
+        transposing = idx == 0 and wl.transpose_a and int8
+        _spread(sch, sh, 2, nwarps, _copy_vec(wl, vec, pad, transposing))
+        if offset:
+            sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
+        if pad:
+            _inline_producer(sch, sh)
+        copies.append(sh)
+    if pad:
+        _inline_consumer(sch, cs)
+    a_warp = sch.cache_read(outer, 0, "warp")
+    b_warp = sch.cache_read(outer, 1, "warp")
+    sch.compute_at(a_warp, k1)
+    sch.compute_at(b_warp, k1)
+    # Fragment tiles in the storage order of each operand.
+    a_rows, a_cols = (FRAG, kf) if not a_trans else (kf, FRAG)
+    b_rows, b_cols = (FRAG, kf) if wl.transpose_b else (kf, FRAG)
+    loop_a = _tile(sch, a_warp, a_rows, a_cols)
+    loop_b = _tile(sch, b_warp, b_rows, b_cols)
+    loop_c = _tile(sch, c_warp, FRAG, FRAG)
+    init = sch.decompose_reduction(outer, k0)
+    sch.transform_layout(a_warp, ("write", 0), _ldmatrix_map(I, a_rows, a_cols))
+    sch.transform_layout(b_warp, ("write", 0), _ldmatrix_map(I, b_rows, b_cols))
+    sch.transform_layout(c_warp, ("read", 0), _ldmatrix_map(I, FRAG, FRAG))
+    load_a, load_b, compute, fill, store = _mma_names(I, wl, scope, c_scope, a_trans)
+    sch.tensorize(loop_a, load_a)
+    sch.tensorize(loop_b, load_b)
+    sch.tensorize(sch.get_loops(c)[-3], compute)
+    sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], fill)
+    sch.tensorize(loop_c, store)
+    # The inner (register) pipeline is expanded first, into prologue, body and epilogue: the
+    # outer loop then has 5 children (A copy, B copy, and those three) instead of 3.
+    inner = 3 if chunk > 1 else 1
+    if chunk > 1:
+        sch.annotate(k1, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(k1, "software_pipeline_order", [0, 1, 2])
+    if stages > 1:
+        sch.annotate(k0, "software_pipeline_stage", [0, 0] + [stages - 1] * inner)
+        sch.annotate(k0, "software_pipeline_order", list(range(2 + inner)))
+        sch.annotate(k0, "software_pipeline_async_stages", [0])
+
+
+def _tile(sch, block, rows, cols):
+    a, b = sch.get_loops(block)[-2:]
+    a0, a1 = sch.split(a, [None, rows])
+    b0, b1 = sch.split(b, [None, cols])
+    sch.reorder(a0, b0, a1, b1)
+    return a1
+
+
+def schedule_mma_from_config(sch, cfg, wl, facts):
+    schedule_mma(sch, wl, facts, brw=cfg["block_row_warps"].val,
+                 bcw=cfg["block_col_warps"].val, wrt=cfg["warp_row_tiles"].val,
+                 wct=cfg["warp_col_tiles"].val, chunk=cfg["chunk"].val,
+                 stages=cfg["stages"].val, offset=cfg["offset"].val, vec=cfg["vec"].val)
+
+
+# ---- templates, fallbacks, strategy ----
+
+_TC_DTYPES = {"float16": ("float32", "float16"), "int8": ("int32",)}
+
+
+def check_tc(wl, facts, kf=None):
+    """Why a tensor-core template does not apply (None when it does)."""
+    if facts.get("sm", 0) < 80:
+        return f"needs sm_80 or newer (target is sm_{facts.get('sm')})"
+    outs = _TC_DTYPES.get(wl.dtype)
+    if outs is None:
+        return f"dtype {wl.dtype} (tensor cores here: float16, int8)"
+    if wl.out_dtype not in outs:
+        return f"{wl.dtype} -> {wl.out_dtype} (supported: {', '.join(outs)})"
+    kf = kf or _mma_k(wl)
+    ratio = padded(wl.M, FRAG) * padded(wl.N, FRAG) * padded(wl.K, kf) / (wl.M * wl.N * wl.K)
+    if ratio > 2:
+        return (f"padding {wl.M}x{wl.N}x{wl.K} to the 16x16x{kf} tensor-core tile costs "
+                f"{ratio:.1f}x the flops (limit 2x): use the CUDA-core templates")
+    return None
+
+
+def fallback_tc(wl, facts, *, mma):
+    """Untuned tiles from the target: the largest block tile (up to 128 x 128, 4-8 warps) that
+    still gives every SM a block and pads at most 1.25x; 64-byte K steps for wmma, 128-byte
+    three-stage pipelines for mma (both within the shared memory of sm_80 / sm_90)."""
+    kf = _mma_k(wl) if mma else FRAG
+    nbytes = facts["dtype_bytes"]
+    best, best_key = None, None
+    for brw, bcw, wrt, wct in ((2, 2, 4, 4), (2, 2, 4, 2), (2, 2, 2, 4), (2, 2, 2, 2),
+                               (2, 1, 2, 2), (1, 2, 2, 2), (1, 1, 2, 2), (1, 1, 1, 2),
+                               (1, 1, 2, 1), (1, 1, 1, 1)):
+        tm, tn = brw * wrt * FRAG, bcw * wct * FRAG
+        mp, np_ = padded(wl.M, tm), padded(wl.N, tn)
+        waste = mp * np_ / (wl.M * wl.N)
+        blocks = wl.batch * (mp // tm) * (np_ // tn)
+        key = (waste <= 1.25 and blocks >= facts["num_sms"], -waste, tm * tn)
+        if best_key is None or key > best_key:
+            best, best_key = (brw, bcw, wrt, wct), key
+        if key[0]:
+            break
+    brw, bcw, wrt, wct = best
+    chunk = max(1, (128 if mma else 64) // (kf * nbytes))
+    while chunk > 1 and padded(wl.K, chunk * kf) > 1.125 * wl.K:  # little K padding
+        chunk //= 2
+    vec = 16 // nbytes
+    threads, tk = brw * bcw * 32, chunk * kf
+    while vec > 1 and ((brw * wrt * FRAG * tk) % (threads * vec)
+                       or (bcw * wct * FRAG * tk) % (threads * vec)):
+        vec //= 2  # small tiles: fewer elements than threads x 16 bytes
+    cfg = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt,
+           "warp_col_tiles": wct, "chunk": chunk, "vec": vec}
+    if mma:
+        cfg.update(stages=3, offset=16 // nbytes)
+    else:
+        cfg.update(offset=8 if nbytes == 2 else 0, offsetCS=4 if wl.out_dtype != "float16" else 8,
+                   wmma_m=16)
+    return cfg
+
+
+# TVM 0.27's StorageRewrite fuses the f32 C tile with an f16 A/B tile of small block tiles and
+# then fails ("tvm_access_ptr element type must match the source buffer"). The dynamic
+# shared-memory planner reuses the A/B bytes for the C tile by itself, so it is not needed.
+_PASS_CONFIG = {"tirx.disable_storage_rewrite": True}
+
+
+def _register():
+    from ..template import Template, register_template  # noqa: PLC0415
+    for op in ("dense", "batch_matmul"):
+        register_template(Template(
+            name=f"{op}_tensorcore.cuda", op=op, target_kind="cuda",
+            compute=lambda wl, cfg: _plain(wl), schedule=schedule_wmma_from_config,
+            fallback=lambda space, wl, facts: fallback_tc(wl, facts, mma=False),
+            check=lambda wl, facts: check_tc(wl, facts, FRAG), dtypes=("float16", "int8"), layouts=("NN", "NT", "TN", "TT"),
+            priority=2, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG))
+        register_template(Template(
+            name=f"{op}_mma.cuda", op=op, target_kind="cuda",
+            compute=lambda wl, cfg: _plain(wl), schedule=schedule_mma_from_config,
+            fallback=lambda space, wl, facts: fallback_tc(wl, facts, mma=True),
+            check=check_tc, dtypes=("float16", "int8"), layouts=("NN", "NT", "TN", "TT"),
+            priority=3, prepare=intrin.load_cuda))
+
+
+def _plain(wl):
+    from .gemm_cuda import simt_gemm_compute  # noqa: PLC0415
+    return simt_gemm_compute(wl)
+
+
+_register()
