@@ -370,10 +370,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     config = {}
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)
-    if not config:
-        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
-    ctx = tvm.transform.PassContext.current()
-    with tvm.transform.PassContext(opt_level=ctx.opt_level, config={**ctx.config, **config}):
+    from .task import pass_options  # noqa: PLC0415
+    with pass_options(config):
         return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
 
 

@@ -97,11 +97,7 @@ class Task:
 
         if self.target.kind.name == "cuda":
             ensure_cuda_compiler()
-        if not self.template.pass_config:
-            return tvm.compile(mod, target=self.target)
-        ctx = tvm.transform.PassContext.current()
-        with tvm.transform.PassContext(opt_level=ctx.opt_level,
-                                       config={**ctx.config, **self.template.pass_config}):
+        with pass_options(self.template.pass_config):
             return tvm.compile(mod, target=self.target)
 
     def loop_features(self, index: int):
@@ -127,6 +123,17 @@ class Task:
 
     def __repr__(self):
         return f"Task({self.name}, {self.workload}, {self.target_str})"
+
+
+def pass_options(config):
+    """A PassContext that adds ``config`` to the current one (same opt level), or the current
+    one unchanged when there is nothing to add."""
+    import tvm  # noqa: PLC0415
+
+    ctx = tvm.transform.PassContext.current()
+    if not config:
+        return ctx
+    return tvm.transform.PassContext(opt_level=ctx.opt_level, config={**ctx.config, **config})
 
 
 def ensure_cuda_compiler():

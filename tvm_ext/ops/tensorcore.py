@@ -41,12 +41,6 @@ def _lead(idx):
     return tuple(idx[:-2])
 
 
-def _tc_dtypes(wl):
-    int8 = wl.dtype == "int8"
-    acc = wl.out_dtype
-    return int8, acc
-
-
 def padded(n, tile):
     return -(-n // tile) * tile
 
@@ -62,7 +56,7 @@ def _pad(sch, block, wl, tiles):
 
 
 def _wmma_names(I, wl, scope):
-    int8, acc = _tc_dtypes(wl)
+    int8, acc = wl.dtype == "int8", wl.out_dtype
     dyn = "_DYN" if scope == "shared.dyn" else ""
     if int8:
         la = getattr(I, f"WMMA_LOAD_16x16x16_S8_A{dyn}_INTRIN")
@@ -87,29 +81,8 @@ def _wmma_names(I, wl, scope):
 def schedule_wmma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, offset, offset_cs, vec,
                   scope="shared.dyn"):
     I = intrin.load_cuda()
-    int8, _ = _tc_dtypes(wl)
-    tm, tn, tk = brw * wrt * FRAG, bcw * wct * FRAG, chunk * FRAG
-    c = sch.get_sblock("C")
-    pad = _pad(sch, c, wl, (tm, tn, tk))
-    loops = sch.get_loops(c)
-    batch, (i, j, k) = list(loops[:-3]), loops[-3:]
-    # 1. the 16x16x16 tensor-core tile becomes one block
-    i, i_tc = sch.split(i, [None, FRAG])
-    j, j_tc = sch.split(j, [None, FRAG])
-    k, k_tc = sch.split(k, [None, FRAG])
-    sch.reorder(*batch, i, j, k, i_tc, j_tc, k_tc)
-    outer = sch.blockize(i_tc)
-    # 2. grid / warps / fragments per warp
-    i0, i1, i2 = sch.split(i, [None, brw, wrt])
-    j0, j1, j2 = sch.split(j, [None, bcw, wct])
-    k0, k1 = sch.split(k, [None, chunk])
-    sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
-    if batch:
-        sch.bind(batch[0], "blockIdx.z")
-    sch.bind(i0, "blockIdx.y")
-    sch.bind(j0, "blockIdx.x")
-    warp = sch.fuse(i1, j1)
-    sch.bind(warp, "threadIdx.y")
+    int8 = wl.dtype == "int8"
+    c, outer, j0, k0, k1, warp, pad = _tile_grid(sch, wl, (brw, bcw, wrt, wct), chunk, FRAG)
     nwarps = brw * bcw
     # 3. write-back: accumulators -> shared (C tile) -> global, by all threads
     cs = sch.cache_write(outer, 0, scope)
@@ -146,14 +119,41 @@ def schedule_wmma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, offset, offset_c
     sch.compute_at(b_frag, k1)
     init = sch.decompose_reduction(outer, k0)
     la, lb, sync, fill, store = _wmma_names(I, wl, scope)
-    sch.tensorize(_tile16(sch, a_frag), la)
-    sch.tensorize(_tile16(sch, b_frag), lb)
+    sch.tensorize(_tile(sch, a_frag, FRAG, FRAG), la)
+    sch.tensorize(_tile(sch, b_frag, FRAG, FRAG), lb)
     acc_name = sch.get(acc).name_hint
-    sch.tensorize(_tile16(sch, acc), store)
+    sch.tensorize(_tile(sch, acc, FRAG, FRAG), store)
     # Set on the block tensorize made (it does not keep the inner block's annotations).
     sch.storage_align(sch.get_sblock(acc_name + "_o"), 0, axis=-2, factor=32, offset=offset_cs)
     sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], fill)
     sch.tensorize(sch.get_loops(c)[-3], sync)
+
+
+def _tile_grid(sch, wl, warps_tiles, chunk, kf):
+    """The tiling both templates share: pad to the block tile, make the 16x16xkf tensor-core
+    tile one block, then grid (batch -> blockIdx.z, M -> y, N -> x) / warps (threadIdx.y) /
+    fragments per warp, K in steps of chunk x kf."""
+    brw, bcw, wrt, wct = warps_tiles
+    c = sch.get_sblock("C")
+    pad = _pad(sch, c, wl, (brw * wrt * FRAG, bcw * wct * FRAG, chunk * kf))
+    loops = sch.get_loops(c)
+    batch, (i, j, k) = list(loops[:-3]), loops[-3:]
+    i, i_tc = sch.split(i, [None, FRAG])
+    j, j_tc = sch.split(j, [None, FRAG])
+    k, k_tc = sch.split(k, [None, kf])
+    sch.reorder(*batch, i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    i0, i1, i2 = sch.split(i, [None, brw, wrt])
+    j0, j1, j2 = sch.split(j, [None, bcw, wct])
+    k0, k1 = sch.split(k, [None, chunk])
+    sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
+    if batch:
+        sch.bind(batch[0], "blockIdx.z")
+    sch.bind(i0, "blockIdx.y")
+    sch.bind(j0, "blockIdx.x")
+    warp = sch.fuse(i1, j1)
+    sch.bind(warp, "threadIdx.y")
+    return c, outer, j0, k0, k1, warp, pad
 
 
 def _spread(sch, block, ndim, nwarps, vec):
@@ -172,14 +172,6 @@ def _copy_vec(wl, vec, pad, transposing):
     if wl.dtype == "int8" and (pad or transposing):
         return min(vec, 4)
     return vec
-
-
-def _tile16(sch, block):
-    a, b = sch.get_loops(block)[-2:]
-    a0, a1 = sch.split(a, [None, FRAG])
-    b0, b1 = sch.split(b, [None, FRAG])
-    sch.reorder(a0, b0, a1, b1)
-    return a1
 
 
 def _inline_producer(sch, block):
@@ -214,7 +206,8 @@ def schedule_wmma_from_config(sch, cfg, wl, facts):
 # - the fragment loads of step k1 + 1 are issued before the mma.sync of step k1 (register double
 #   buffer);
 # - rows padded by ``offset`` elements against ldmatrix bank conflicts;
-# - accumulators -> shared -> global by all threads with 16-byte stores, as in wmma.
+# - accumulators straight to global when the shape is aligned; a padded shape goes through a
+#   C tile in shared memory, written out (cropped) by all threads with 16-byte stores.
 # One mma tile is 16 x 16 x 16 (f16) or 16 x 16 x 32 (int8): two m16n8k16 / m16n8k32 instructions.
 
 
@@ -242,22 +235,18 @@ def _mma_names(I, wl, scope, c_scope, a_trans):
     load_a = f"mma_ldmatrix_{ind}_a{ta}{dyn}"
     load_b = f"mma_ldmatrix_{ind}_b{tb}{dyn}"
     if wl.dtype == "int8" and dyn:  # TVM registers the int8 loads for static shared only
-        load_a = register_once("tvm_ext_" + load_a, *I.get_ldmatrix_intrin(
+        load_a = intrin.register_once("tvm_ext_" + load_a, *I.get_ldmatrix_intrin(
             32, "int8", "A", False, scope))
-        load_b = register_once("tvm_ext_" + load_b, *I.get_ldmatrix_intrin(
+        load_b = intrin.register_once("tvm_ext_" + load_b, *I.get_ldmatrix_intrin(
             32, "int8", "B", wl.transpose_b, scope))
     compute = f"mma_{ind}{ind}{outd}" + ("_trans_a" if a_trans else "") + \
         ("_trans_b" if wl.transpose_b else "")
     fill = f"mma_fill_16x16_{outd}"
     # TVM registers the stores to global; ours for the static shared C tile.
-    store = f"mma_store_16x16_{outd}_global_" if c_scope == "global" else register_once(
+    store = f"mma_store_16x16_{outd}_global_" if c_scope == "global" else intrin.register_once(
         f"tvm_ext_mma_store_16x16_{outd}_shared", *I.get_mma_store_intrin(
             wl.out_dtype, 8, "shared", True))
     return load_a, load_b, compute, fill, store
-
-
-def register_once(name, desc, impl):
-    return intrin.register_once(name, desc, impl)
 
 
 def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, vec,
@@ -265,26 +254,7 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
     I = intrin.load_cuda()
     int8 = wl.dtype == "int8"
     kf = _mma_k(wl)
-    tm, tn, tk = brw * wrt * FRAG, bcw * wct * FRAG, chunk * kf
-    c = sch.get_sblock("C")
-    pad = _pad(sch, c, wl, (tm, tn, tk))
-    loops = sch.get_loops(c)
-    batch, (i, j, k) = list(loops[:-3]), loops[-3:]
-    i, i_tc = sch.split(i, [None, FRAG])
-    j, j_tc = sch.split(j, [None, FRAG])
-    k, k_tc = sch.split(k, [None, kf])
-    sch.reorder(*batch, i, j, k, i_tc, j_tc, k_tc)
-    outer = sch.blockize(i_tc)
-    i0, i1, i2 = sch.split(i, [None, brw, wrt])
-    j0, j1, j2 = sch.split(j, [None, bcw, wct])
-    k0, k1 = sch.split(k, [None, chunk])
-    sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
-    if batch:
-        sch.bind(batch[0], "blockIdx.z")
-    sch.bind(i0, "blockIdx.y")
-    sch.bind(j0, "blockIdx.x")
-    warp = sch.fuse(i1, j1)
-    sch.bind(warp, "threadIdx.y")
+    c, outer, j0, k0, k1, warp, pad = _tile_grid(sch, wl, (brw, bcw, wrt, wct), chunk, kf)
     nwarps = brw * bcw
     # Aligned shapes: accumulators straight to global. Padded ones: through a C tile in static
     # shared memory, written out (cropped) by all threads. (Sharing the dynamic buffer of the
@@ -300,7 +270,6 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
         out_bytes = 2 if wl.out_dtype == "float16" else 4
         _spread(sch, cs, 2, nwarps, 16 // out_bytes)
     a_trans = wl.transpose_a and not int8
-    copies = []
     for idx in (0, 1):
         sh = sch.cache_read(outer, idx, scope)
         if idx == 0 and wl.transpose_a and int8:  # no ldmatrix transpose for 8-bit data
@@ -312,7 +281,6 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
             sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
         if pad:
             _inline_producer(sch, sh)
-        copies.append(sh)
     if pad:
         _inline_consumer(sch, cs)
     a_warp = sch.cache_read(outer, 0, "warp")
@@ -435,7 +403,8 @@ def _register():
             name=f"{op}_tensorcore.cuda", op=op, target_kind="cuda",
             compute=lambda wl, cfg: _plain(wl), schedule=schedule_wmma_from_config,
             fallback=lambda space, wl, facts: fallback_tc(wl, facts, mma=False),
-            check=lambda wl, facts: check_tc(wl, facts, FRAG), dtypes=("float16", "int8"), layouts=("NN", "NT", "TN", "TT"),
+            check=lambda wl, facts: check_tc(wl, facts, FRAG), dtypes=("float16", "int8"),
+            layouts=("NN", "NT", "TN", "TT"),
             priority=2, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG))
         register_template(Template(
             name=f"{op}_mma.cuda", op=op, target_kind="cuda",
