@@ -35,9 +35,10 @@ def test_codegen_compiles_with_nvcc(arch, template):
     from tvm.support import nvcc
     target = cuda_target(arch)
     op = _op(template)
-    cases = [("float16", "NT", ALIGNED), ("int8", "NN", ALIGNED), ("float16", "TN", UNALIGNED)]
-    for seed, (dtype, layout, shapes) in enumerate(cases):
-        wl = Workload.create(op, shapes[op], dtype, layout=layout)
+    cases = [("float16", "float32", "NT", ALIGNED), ("int8", "int32", "NN", ALIGNED),
+             ("float16", "float32", "TN", UNALIGNED), ("float16", "float16", "TT", ALIGNED)]
+    for seed, (dtype, out, layout, shapes) in enumerate(cases):
+        wl = Workload.create(op, shapes[op], dtype, out, layout=layout)
         task = Task(wl, target, template=template)
         for cfg in _sample(task, 1, seed + (arch == "sm_80")):
             assert task.space.is_valid(cfg), (cfg, task.space.violations(cfg))
@@ -52,12 +53,21 @@ def test_codegen_compiles_with_nvcc(arch, template):
             assert len(cubin) > 1000, cfg
 
 
+def test_mma_f16_output_accumulates_in_f32():
+    wl = Workload.create("dense", (256, 256, 256), "float16", "float16")
+    task = Task(wl, cuda_target("sm_90"), template="dense_mma.cuda")
+    for cfg in _sample(task, 2, 3):  # aligned: a casting store to global
+        src = task.build(cfg).mod.imports[0].inspect_source()
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src, cfg
+        assert "f16.f16.f16.f16" not in src
+
+
 def test_mma_pipeline_uses_cp_async():
     wl = Workload.create("dense", (256, 256, 256), "float16")
     task = Task(wl, cuda_target("sm_90"), template="dense_mma.cuda")
     cfg = task.config_from_values({"stages": 3, "chunk": 2})
     src = task.build(cfg).mod.imports[0].inspect_source()
-    assert "cp.async" in src and "cp.async.commit_group" in src
+    assert "cp.async.cg.shared.global" in src and "cp.async.commit_group" in src
     assert "__shared__" in src  # the dynamic shared buffer
     cfg1 = task.config_from_values({"stages": 1, "chunk": 2})
     assert "cp.async" not in task.build(cfg1).mod.imports[0].inspect_source()
@@ -101,35 +111,125 @@ def test_padding_stays_within_twice_the_flops():
             assert padded <= 2 * 100 * 72 * 200
 
 
-def _gpu_cases():
+def _gpu_cases(template):
+    """(template, workload, random configs besides the fallback): 2 dtypes x 4 layouts x
+    {aligned, unaligned}, and f16 -> f16 aligned and unaligned."""
+    op = _op(template)
     cases = []
-    for template in TEMPLATES:
-        op = _op(template)
-        for dtype, out in (("float16", "float32"), ("int8", "int32")):
-            for layout in ("NN", "NT", "TN", "TT"):
-                cases.append((template, Workload.create(op, ALIGNED[op], dtype, out, layout), 1))
-                cases.append((template, Workload.create(op, UNALIGNED[op], dtype, out, layout),
-                              0))
-        cases.append((template, Workload.create(op, ALIGNED[op], "float16", "float16"), 1))
+    for dtype, out in (("float16", "float32"), ("int8", "int32")):
+        for layout in ("NN", "NT", "TN", "TT"):
+            cases.append((template, Workload.create(op, ALIGNED[op], dtype, out, layout), 1))
+            cases.append((template, Workload.create(op, UNALIGNED[op], dtype, out, layout), 0))
+    for shapes in (ALIGNED, UNALIGNED):  # f16 out (mma: f32 accumulators, cast at the end)
+        cases.append((template, Workload.create(op, shapes[op], "float16", "float16"), 1))
     return cases
 
 
 @pytest.mark.gpu
-def test_numerics_on_gpu_every_dtype_layout_alignment():
-    """Every case through the pool measurer: built in parallel workers, run in an isolated
-    runner, compared with numpy (error 5 on a wrong answer; a crash is error 4)."""
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_numerics_on_gpu_every_dtype_layout_alignment(template):
+    """Every case through pool measurers: built in parallel workers, run in isolated runners,
+    compared with numpy (error 5 on a wrong answer; a crash is error 4). Four measurers take
+    the cases from one queue, so builds of different workloads overlap."""
+    import queue
+    import threading
+
     import tvm
     from tvm_ext.measure.pool import PoolMeasurer
     target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
-    failures, count = [], 0
-    with PoolMeasurer(n_parallel=16, number=1, repeat=1, runners_per_device=4,
-                      build_timeout=120) as measurer:
-        for template, wl, n_random in _gpu_cases():
-            task = Task(wl, target, template=template)
-            configs = _sample(task, n_random, 7)
-            for cfg, res in zip(configs, measurer.measure(task, configs)):
-                count += 1
-                if not res.ok:
-                    failures.append(f"{template} {wl} {cfg}: error {res.error_no} {res.error_msg}")
-    assert count >= 100
+    cases = queue.Queue()
+    for case in _gpu_cases(template):
+        cases.put(case)
+    failures, counts = [], []
+
+    def drain():
+        with PoolMeasurer(n_parallel=4, number=1, repeat=1, build_timeout=180) as measurer:
+            while True:
+                try:
+                    template, wl, n_random = cases.get_nowait()
+                except queue.Empty:
+                    return
+                task = Task(wl, target, template=template)
+                configs = _sample(task, n_random, 7)
+                for cfg, res in zip(configs, measurer.measure(task, configs)):
+                    counts.append(1)
+                    if not res.ok:
+                        failures.append(f"{template} {wl} {cfg}: error {res.error_no} "
+                                        f"{res.error_msg}")
+
+    threads = [threading.Thread(target=drain) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(counts) >= 25
     assert not failures, "\n".join(failures)
+
+
+def test_record_without_newer_knobs_replays_their_defaults(tmp_path):
+    """A dense_mma record written before ``raster`` and ``stage_c`` existed applies with their
+    space-file defaults (the old behaviour), not with the fallback's choice for them."""
+    import tvm_ext
+    from tvm_ext import record
+    from tvm_ext.dispatch import choose
+    from tvm_ext.measure import MeasureResult
+    from tvm_ext.space import ConfigEntity, OtherOptionEntity
+    wl = Workload.create("dense", (1024, 1024, 1024), "float16", "float16")
+    target = cuda_target("sm_90")
+    task = Task(wl, target, template="dense_mma.cuda")
+    fb = task.fallback_config()
+    assert fb["raster"].val != 1 and fb["stage_c"].val == 1  # so the defaults are visible
+    old = {k: v for k, v in fb.items() if k not in ("raster", "stage_c")}
+    cfg = ConfigEntity(None, {**old, "chunk": OtherOptionEntity(2)})
+    log = tmp_path / "old.json"
+    log.write_text(record.encode(str(target), task.name, wl, cfg, MeasureResult([1e-5])) + "\n")
+    with tvm_ext.apply_history_best(str(log)):
+        _, choice = choose(wl, target)
+    got = choice.config.values_dict()
+    assert got["raster"] == 1 and got["stage_c"] == 0 and got["chunk"] == 2
+
+
+@pytest.mark.parametrize("template", ["dense_mma.cuda", "dense_tensorcore.cuda"])
+def test_fallback_configs_are_valid(template):
+    """The untuned config satisfies its space's constraints (launch and shared-memory rules)."""
+    from tvm_ext.bench import GPU_SUITE
+    for wl in list(GPU_SUITE.values()) + [Workload.create("dense", (100, 72, 200), "float16",
+                                                          "float16")]:
+        if wl.op != "dense" or wl.dtype not in ("float16", "int8") or wl.M < 16:
+            continue
+        task = Task(wl, cuda_target("sm_90"), template=template)
+        fb = task.fallback_config()
+        assert task.space.is_valid(fb), (wl, fb, task.space.violations(fb))
+
+
+def test_fused_relax_epilogue_with_mma_builds_for_every_stage_c(tmp_path):
+    """A Relax matmul + bias + relu in f16, fused into one mma kernel: the epilogue goes into the
+    write-back, also for a record that stores from registers (stage_c = 0), which the template
+    then stages through shared memory (codegen for sm_90; numerics need a GPU)."""
+    import tvm_ext
+    import tvm_ext.relax as tr
+    from tvm import relax
+    from tvm.script import relax as R
+    from tvm_ext import record
+    from tvm_ext.measure import MeasureResult
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((4, 64, 64), "float16"))
+    w = relax.Var("w", R.Tensor((4, 64, 64), "float16"))
+    bias = relax.Var("bias", R.Tensor((64,), "float16"))
+    with bb.function("main", [x, w, bias]):
+        with bb.dataflow():
+            y = bb.emit(R.matmul(x, w))
+            out = bb.emit_output(R.nn.relu(R.add(y, bias)))
+        bb.emit_func_output(out)
+    target = cuda_target("sm_90")
+    wl = Workload.create("batch_matmul", (4, 64, 64, 64), "float16", "float16", layout="NN")
+    task = Task(wl, target, template="batch_matmul_mma.cuda")
+    for stage_c in (0, 1):
+        log = tmp_path / f"s{stage_c}.json"
+        log.write_text(record.encode(str(target), task.name, wl, task.config_from_values(
+            {"stage_c": stage_c}), MeasureResult([1e-6])) + "\n")
+        with tvm_ext.apply_history_best(str(log)) as ctx:
+            tr.build(bb.get(), target, fuse_epilogue=True)
+        [choice] = ctx.report.choices
+        assert choice.template == "batch_matmul_mma.cuda" and choice.tuned
+        assert choice.config["stage_c"].val == stage_c

@@ -165,6 +165,10 @@ def run_cpu(suite, log: Optional[str], repeat: int) -> List[Row]:
     return rows
 
 
+def _f16(op, shape, layout="NT"):
+    return Workload.create(op, shape, "float16", "float16", layout=layout)
+
+
 # The GPU suite of the CUDA-core templates (cuBLAS through torch, TF32 off for float32).
 GPU_SUITE = {
     "bmm": Workload.create("batch_matmul", (24, 16384, 512, 64), layout="NT"),
@@ -173,18 +177,23 @@ GPU_SUITE = {
     "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
     "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
     # The tensor-core suite: small RFC shapes (M x N x K), square GEMMs, attention scores.
-    "tc512x64_f16": Workload.create("dense", (512, 64, 512), "float16", layout="NT"),
-    "tc512x32_f16": Workload.create("dense", (512, 32, 512), "float16", layout="NT"),
-    "tc512x16_f16": Workload.create("dense", (512, 16, 512), "float16", layout="NT"),
+    # f16 workloads return f16, as torch.matmul does (tvm_ext's mma kernels accumulate in f32).
+    "tc512x64_f16": _f16("dense", (512, 64, 512)),
+    "tc512x32_f16": _f16("dense", (512, 32, 512)),
+    "tc512x16_f16": _f16("dense", (512, 16, 512)),
     "tc512x64_i8": Workload.create("dense", (512, 64, 512), "int8", layout="NT"),
     "tc512x32_i8": Workload.create("dense", (512, 32, 512), "int8", layout="NT"),
     "tc512x16_i8": Workload.create("dense", (512, 16, 512), "int8", layout="NT"),
-    "mm1024_f16": Workload.create("dense", (1024, 1024, 1024), "float16", layout="NT"),
-    "mm8192_f16_nt": Workload.create("dense", (8192, 8192, 8192), "float16", layout="NT"),
-    "mm8192_f16_nn": Workload.create("dense", (8192, 8192, 8192), "float16", layout="NN"),
-    "attn_f16": Workload.create("batch_matmul", (256, 1024, 1024, 128), "float16",
-                                layout="NT"),
+    "mm1024_f16": _f16("dense", (1024, 1024, 1024)),
+    "mm8192_f16_nt": _f16("dense", (8192, 8192, 8192)),
+    "mm8192_f16_nn": _f16("dense", (8192, 8192, 8192), layout="NN"),
+    "attn_f16": _f16("batch_matmul", (256, 1024, 1024, 128)),
 }
+
+
+def _last_line(err: BaseException) -> str:
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    return (lines[0] if "CUDA Source" in str(err) else lines[-1] if lines else repr(err))[:160]
 
 
 def _dlight_kernel(wl, target):
@@ -207,7 +216,7 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
     import tvm  # noqa: PLC0415
     import tvm_ext  # noqa: PLC0415
     from .target import default_target  # noqa: PLC0415
-    from .task import InstantiationError, Task, reference_matmul, tolerance  # noqa: PLC0415
+    from .task import Task, reference_matmul, tolerance  # noqa: PLC0415
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     target = default_target()
@@ -261,16 +270,20 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
         try:
             dl = tvm_ms(_dlight_kernel(wl, target), "dlight")
         except Exception as err:  # noqa: BLE001  (dlight may not schedule a workload)
-            print(f"  {name} dlight failed: {str(err).splitlines()[-1][:100]}")
+            print(f"  {name} dlight failed: {_last_line(err)}")
             dl = (float("nan"), "-")
         try:
             fb = tvm_ms(task.build(task.fallback_config()), "fallback")
-        except InstantiationError as err:
-            print(f"  {name} fallback failed: {err}")
-            fb = (float("nan"), "-")
+        except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
+            print(f"  {name} fallback failed: {_last_line(err)}")
+            fb = (float("nan"), "failed")
         with tvm_ext.apply_history_best(logs):
             k = tvm_ext.build(wl, target)
-        tuned = tvm_ms(k.executable, "tuned" if k.choice.tuned else "fallback (no record)")
+        try:
+            tuned = tvm_ms(k.executable, "tuned" if k.choice.tuned else "fallback (no record)")
+        except Exception as err:  # noqa: BLE001
+            print(f"  {name} tuned failed: {_last_line(err)}")
+            tuned = (float("nan"), "failed")
         for label, res in (("dlight", dl), ("fallback", fb),
                            ("tuned" if k.choice.tuned else "untuned", tuned)):
             rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *ref_ms, *res, k.choice.template))
@@ -359,6 +372,44 @@ def _plot_tuners(curves, optimum, path):
     print(f"plot: {path}")
 
 
+def plot_ratios(rows: List[dict], path: str, title: str, ref_name: str):
+    """Bar chart of vendor time / tvm_ext time per workload, one bar per kind of kernel
+    (dlight, fallback, tuned, ...: the [label] ending each row name); 1.0 = as fast as the
+    vendor library. Rows are the dicts of ``--json``."""
+    try:
+        import matplotlib  # noqa: PLC0415
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        print("matplotlib is not installed (pip install 'tvm_ext[plot]'): no plot written")
+        return
+    workloads, kinds, ratio = [], [], {}
+    for r in rows:
+        name, _, kind = r["name"].rpartition(" [")
+        kind, key = kind.rstrip("]"), name.split(" ")[0]
+        kind = "tuned" if kind in ("tuned", "untuned") else kind
+        if key not in workloads:
+            workloads.append(key)
+        if kind not in kinds:
+            kinds.append(kind)
+        ratio[key, kind] = r["ratio"] if np.isfinite(r["ratio"]) else 0.0
+    fig, ax = plt.subplots(figsize=(max(7, 0.7 * len(workloads) + 2), 4.5))
+    width = 0.8 / len(kinds)
+    x = np.arange(len(workloads))
+    for i, kind in enumerate(kinds):
+        ax.bar(x + (i - (len(kinds) - 1) / 2) * width,
+               [ratio.get((w, kind), 0.0) for w in workloads], width, label=kind)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks(x, workloads, rotation=40, ha="right")
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel(f"{ref_name} time / tvm_ext time")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
+
+
 def _blas_info() -> str:
     try:
         cfg = np.show_config(mode="dicts")
@@ -391,8 +442,20 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="also write the rows to this JSON file")
     p.add_argument("--only", nargs="*", help="only these workloads of the suite (by key)")
     p.add_argument("--transfer", nargs="*", help="tuners suite: logs for xgb+transfer")
-    p.add_argument("--plot", help="tuners suite: write the PNG plot here")
+    p.add_argument("--plot", help="write the PNG plot here (ratio bars; tuner curves for the "
+                                  "tuners suite)")
+    p.add_argument("--replot", metavar="JSON",
+                   help="only draw --plot from the rows of an earlier --json file")
+    p.add_argument("--title", help="title of the --replot plot (default: the JSON file name)")
     args = p.parse_args(argv)
+    if args.replot:
+        with open(args.replot) as f:
+            rows = json.load(f)
+        ref = "cuBLAS" if any("float16" in r["name"] or "int8" in r["name"] for r in rows) \
+            else "reference"
+        plot_ratios(rows, args.plot or os.path.splitext(args.replot)[0] + ".png",
+                    args.title or os.path.basename(args.replot), ref)
+        return 0
     try:
         if args.suite == "tuners":
             run_tuners(args.log or "tvm_ext_logs/space_4x256.json", args.transfer or [],
@@ -424,9 +487,13 @@ def main(argv=None) -> int:
         print(f"device: {describe(target)}, {os.cpu_count()} cores; numpy: "
               f"{_blas_info()}; log: {log}")
         print_table(rows, "numpy")
+    dicts = [{**asdict(r), "ratio": r.ratio} for r in rows]
     if args.json:
         with open(args.json, "w") as f:
-            json.dump([{**asdict(r), "ratio": r.ratio} for r in rows], f, indent=1)
+            json.dump(dicts, f, indent=1)
+    if args.plot:
+        ref = "cuBLAS" if args.suite == "gpu" else "numpy"
+        plot_ratios(dicts, args.plot, f"tvm_ext vs {ref} ({args.suite} suite)", ref)
     return 0
 
 

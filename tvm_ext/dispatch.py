@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 
 from . import record as rec
-from .space import ConfigEntity
+from .space import ConfigEntity, knob_defaults
 from .target import parse_target
 from .task import Task
 from .template import all_templates, templates_for
@@ -169,11 +169,18 @@ def choose(workload: Workload, target) -> tuple:
 
 def _as_space_config(task: Task, config: ConfigEntity) -> ConfigEntity:
     """A record's config, applied by knob name. Knobs the record lacks (a space widened since)
-    take the fallback's value; knobs the template no longer has are ignored."""
+    take their "default" in the space file (the behaviour before the knob existed), else the
+    fallback's value; knobs the template no longer has are ignored."""
     fallback = task.fallback_config()
+    defaults = knob_defaults(task.spec)
     merged = {}
     for name in task.space.knobs:
-        merged[name] = config[name] if name in config else fallback[name]
+        if name in config:
+            merged[name] = config[name]
+        elif name in defaults:
+            merged[name] = task.space.entity(name, defaults[name])
+        else:
+            merged[name] = fallback[name]
     cfg = ConfigEntity(None, merged, config.code_hash)
     cfg.index = task.space.index_of(cfg)
     return cfg

@@ -609,20 +609,23 @@ class ConfigSpace:
                     fea.extend(one_hot)
         return np.asarray(fea, dtype=np.float32)
 
+    def entity(self, name: str, value: Any):
+        """The entity of knob ``name`` for a plain value (split sizes may omit the -1)."""
+        knob = self.knobs[name]
+        if knob.kind == "sp":
+            v = list(value)
+            if len(v) != knob.num_outputs:
+                raise SpaceError(f"knob '{name}' needs {knob.num_outputs} sizes, got {v}")
+            return SplitEntity([-1] + v[1:])
+        return _ENTITY_BY_KIND[knob.kind](value)
+
     def config_from_values(self, values: Mapping[str, Any], *, fallback=True) -> ConfigEntity:
         """A config from {knob: value}; split values may be given without the -1."""
         entities = OrderedDict()
-        for name, knob in self.knobs.items():
+        for name in self.knobs:
             if name not in values:
                 raise SpaceError(f"config for '{self.template}' lacks knob '{name}'")
-            v = values[name]
-            if knob.kind == "sp":
-                v = list(v)
-                if len(v) != knob.num_outputs:
-                    raise SpaceError(f"knob '{name}' needs {knob.num_outputs} sizes, got {v}")
-                entities[name] = SplitEntity([-1] + v[1:])
-            else:
-                entities[name] = _ENTITY_BY_KIND[knob.kind](v)
+            entities[name] = self.entity(name, values[name])
         cls = FallbackConfig if fallback else ConfigEntity
         cfg = cls(None, entities)
         cfg.index = self.index_of(cfg)

@@ -2,7 +2,8 @@
 (ldmatrix + mma.sync, cp.async multi-stage pipeline).
 
 Both schedule the plain matmul of ``gemm_cuda.simt_gemm_compute`` (the same PrimFunc Relax and
-MetaSchedule see), accumulating in the workload's out_dtype: f16 -> f32 or f16, int8 -> int32.
+MetaSchedule see). wmma accumulates in the workload's out_dtype (f16 -> f32 or f16, int8 ->
+int32); mma accumulates f16 products in f32 also for an f16 output and casts at the write-back.
 
 wmma (TVM <= 0.19 dense_tensorcore / batch_matmul_tensorcore structure):
 
@@ -129,10 +130,14 @@ def schedule_wmma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, offset, offset_c
     sch.tensorize(sch.get_loops(c)[-3], sync)
 
 
-def _tile_grid(sch, wl, warps_tiles, chunk, kf):
+def _tile_grid(sch, wl, warps_tiles, chunk, kf, raster=1):
     """The tiling both templates share: pad to the block tile, make the 16x16xkf tensor-core
     tile one block, then grid (batch -> blockIdx.z, M -> y, N -> x) / warps (threadIdx.y) /
-    fragments per warp, K in steps of chunk x kf."""
+    fragments per warp, K in steps of chunk x kf.
+
+    ``raster`` > 1 launches the blocks in groups of ``raster`` M tiles (one 1-D grid, M tile
+    fastest within a group): blocks running at the same time then share the B tiles of a few
+    columns and the A tiles of ``raster`` rows in L2, instead of sweeping all of B per row."""
     brw, bcw, wrt, wct = warps_tiles
     c = sch.get_sblock("C")
     pad = _pad(sch, c, wl, (brw * wrt * FRAG, bcw * wct * FRAG, chunk * kf))
@@ -149,8 +154,14 @@ def _tile_grid(sch, wl, warps_tiles, chunk, kf):
     sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
     if batch:
         sch.bind(batch[0], "blockIdx.z")
-    sch.bind(i0, "blockIdx.y")
-    sch.bind(j0, "blockIdx.x")
+    if raster > 1:
+        i0, i0r = sch.split(i0, [None, raster])
+        sch.reorder(i0, j0, i0r)
+        j0 = sch.fuse(i0, j0, i0r)
+        sch.bind(j0, "blockIdx.x")
+    else:
+        sch.bind(i0, "blockIdx.y")
+        sch.bind(j0, "blockIdx.x")
     warp = sch.fuse(i1, j1)
     sch.bind(warp, "threadIdx.y")
     return c, outer, j0, k0, k1, warp, pad
@@ -165,10 +176,15 @@ def _spread(sch, block, ndim, nwarps, vec):
     sch.vectorize(v)
 
 
-def _copy_vec(wl, vec, pad, transposing):
+def _copy_vec(wl, vec, pad, transposing, async_copy=False):
     """Elements per global -> shared copy. TVM 0.27's CUDA codegen cannot write the zero of a
     padded int8 vector wider than 4 (it emits make_int2 with 8 arguments), nor a transposing
-    int8 copy wider than 4: those copies use 4 bytes."""
+    int8 copy wider than 4: those copies use 4 bytes. Under ``tirx.use_async_copy`` a
+    transposing copy is not vectorised at all: TVM turns its 4-byte "vector" (contiguous in
+    global memory, strided in shared memory) into one contiguous cp.async, which writes the
+    wrong bytes to a misaligned address (cudaErrorMisalignedAddress on the H100)."""
+    if transposing and async_copy:
+        return 1
     if wl.dtype == "int8" and (pad or transposing):
         return min(vec, 4)
     return vec
@@ -182,9 +198,24 @@ def _inline_producer(sch, block):
 
 
 def _inline_consumer(sch, block):
-    """Inline the crop of the padded output into the write-back."""
+    """Inline what follows the write-back into it: the crop of the padded output ("C_pad",
+    made by pad_einsum), then the cast to the output dtype ("C_cast"). Other consumers (the
+    epilogue of a fused Relax function) are left to the caller."""
+    while True:
+        ours = [c for c in sch.get_consumers(block)
+                if sch.get(c).name_hint in ("C_pad", "C_cast")]
+        if not ours:
+            return
+        for c in ours:
+            sch.reverse_compute_inline(c)
+
+
+def _has_epilogue(sch, block):
+    """Whether the output goes on to blocks other than our crop and cast (a fused epilogue)."""
     for c in sch.get_consumers(block):
-        sch.reverse_compute_inline(c)
+        if sch.get(c).name_hint not in ("C_pad", "C_cast") or _has_epilogue(sch, c):
+            return True
+    return False
 
 
 def schedule_wmma_from_config(sch, cfg, wl, facts):
@@ -206,8 +237,11 @@ def schedule_wmma_from_config(sch, cfg, wl, facts):
 # - the fragment loads of step k1 + 1 are issued before the mma.sync of step k1 (register double
 #   buffer);
 # - rows padded by ``offset`` elements against ldmatrix bank conflicts;
-# - accumulators straight to global when the shape is aligned; a padded shape goes through a
-#   C tile in shared memory, written out (cropped) by all threads with 16-byte stores.
+# - accumulators straight to global when the shape is aligned (``stage_c`` = 0); a padded shape,
+#   or stage_c = 1, goes through a C tile in shared memory, written out (cropped, cast) by all
+#   threads with 16-byte reads of the tile;
+# - f16 -> f16 accumulates in f32 (as cuBLAS does) and casts at the write-back;
+# - ``raster`` groups the launch order of the blocks for L2 reuse.
 # One mma tile is 16 x 16 x 16 (f16) or 16 x 16 x 32 (int8): two m16n8k16 / m16n8k32 instructions.
 
 
@@ -226,9 +260,27 @@ def _ldmatrix_map(I, rows, cols):
     return index_map
 
 
-def _mma_names(I, wl, scope, c_scope, a_trans):
+def mma_acc_dtype(wl):
+    """The mma template accumulates f16 products in f32 also for an f16 output (cast once, at
+    the write-back), as cuBLAS does: f16 accumulation loses about log2(K) bits over long K."""
+    return "float32" if wl.dtype == "float16" else wl.out_dtype
+
+
+def _mma_compute(wl):
+    """The plain matmul, accumulated in ``mma_acc_dtype`` and cast to out_dtype if that
+    differs (the cast block "C_cast" is inlined into the write-back)."""
+    from tvm import te  # noqa: PLC0415
+    acc = mma_acc_dtype(wl)
+    if acc == wl.out_dtype:
+        return _plain(wl)
+    a, b, c = _plain(wl.with_(out_dtype=acc))
+    out = te.compute(c.shape, lambda *i: c(*i).astype(wl.out_dtype), name="C_cast")
+    return [a, b, out]
+
+
+def _mma_names(I, wl, acc, scope, c_scope, a_trans):
     short = {"float16": "f16", "float32": "f32", "int8": "i8", "int32": "i32"}
-    ind, outd = short[wl.dtype], short[wl.out_dtype]
+    ind, outd = short[wl.dtype], short[acc]
     dyn = "_dyn" if scope == "shared.dyn" else ""
     ta = "_trans" if a_trans else ""
     tb = "_trans" if wl.transpose_b else ""
@@ -242,33 +294,49 @@ def _mma_names(I, wl, scope, c_scope, a_trans):
     compute = f"mma_{ind}{ind}{outd}" + ("_trans_a" if a_trans else "") + \
         ("_trans_b" if wl.transpose_b else "")
     fill = f"mma_fill_16x16_{outd}"
-    # TVM registers the stores to global; ours for the static shared C tile.
-    store = f"mma_store_16x16_{outd}_global_" if c_scope == "global" else intrin.register_once(
-        f"tvm_ext_mma_store_16x16_{outd}_shared", *I.get_mma_store_intrin(
-            wl.out_dtype, 8, "shared", True))
+    # TVM registers the stores to global; ours for the static shared C tile, and for a store
+    # to global that casts.
+    if c_scope == "global" and acc != wl.out_dtype:
+        store = intrin.register_once(f"tvm_ext_mma_store_16x16_{outd}_{short[wl.out_dtype]}"
+                                     "_global", *intrin.mma_cast_store(acc, wl.out_dtype))
+    elif c_scope == "global":
+        store = f"mma_store_16x16_{outd}_global_"
+    else:
+        store = intrin.register_once(f"tvm_ext_mma_store_16x16_{outd}_shared",
+                                     *I.get_mma_store_intrin(acc, 8, "shared", True))
     return load_a, load_b, compute, fill, store
 
 
-def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, vec,
-                 scope="shared.dyn"):
+def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, vec, raster=1,
+                 stage_c=0, scope="shared.dyn"):
     I = intrin.load_cuda()
     int8 = wl.dtype == "int8"
     kf = _mma_k(wl)
-    c, outer, j0, k0, k1, warp, pad = _tile_grid(sch, wl, (brw, bcw, wrt, wct), chunk, kf)
+    epilogue = _has_epilogue(sch, sch.get_sblock("C"))  # before blockize hides the consumers
+    c, outer, j0, k0, k1, warp, pad = _tile_grid(sch, wl, (brw, bcw, wrt, wct), chunk, kf,
+                                                 raster)
     nwarps = brw * bcw
-    # Aligned shapes: accumulators straight to global. Padded ones: through a C tile in static
-    # shared memory, written out (cropped) by all threads. (Sharing the dynamic buffer of the
-    # A/B tiles, as wmma does, trips TVM 0.27's StorageRewrite: it gives the f32 C tile the
-    # f16 tile's allocation, and disabling StorageRewrite breaks the warp-memory lowering.)
-    c_scope = "shared" if pad else "global"
-    if pad:
+    # The accumulator dtype is the matmul block's: f32 for f16 inputs in our compute, f16 in
+    # the plain f16 -> f16 PrimFunc of a fused Relax function.
+    acc = sch.get(c).writes[0].source.dtype
+    # Aligned shapes with stage_c = 0: accumulators straight to global (casting if needed).
+    # Padded ones, or stage_c = 1: through a C tile in static shared memory, written out
+    # (cropped, cast) by all threads. (Sharing the dynamic buffer of the A/B tiles, as wmma
+    # does, trips TVM 0.27's StorageRewrite: it gives the f32 C tile the f16 tile's
+    # allocation, and disabling StorageRewrite breaks the warp-memory lowering.)
+    # A fused Relax epilogue is inlined into the write-back by the caller: only the staged
+    # write-back is a plain loop nest it can be inlined into.
+    staged = pad or stage_c or epilogue
+    c_scope = "shared" if staged else "global"
+    if staged:
         cs = sch.cache_write(outer, 0, "shared")
     c_warp = sch.cache_write(outer, 0, "warp")
     sch.reverse_compute_at(c_warp, warp)
-    if pad:
+    if staged:
         sch.reverse_compute_at(cs, j0)
-        out_bytes = 2 if wl.out_dtype == "float16" else 4
-        _spread(sch, cs, 2, nwarps, 16 // out_bytes)
+        _spread(sch, cs, 2, nwarps, 4)  # 16-byte reads of the f32 / int32 tile
+    elif acc != wl.out_dtype:  # the store to global casts
+        _inline_consumer(sch, c_warp)
     a_trans = wl.transpose_a and not int8
     for idx in (0, 1):
         sh = sch.cache_read(outer, idx, scope)
@@ -276,12 +344,12 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
             sch.transform_layout(sh, ("write", 0), lambda *x: (*_lead(x), x[-1], x[-2]))
         sch.compute_at(sh, k0)
         transposing = idx == 0 and wl.transpose_a and int8
-        _spread(sch, sh, 2, nwarps, _copy_vec(wl, vec, pad, transposing))
+        _spread(sch, sh, 2, nwarps, _copy_vec(wl, vec, pad, transposing, async_copy=True))
         if offset:
             sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
         if pad:
             _inline_producer(sch, sh)
-    if pad:
+    if staged:
         _inline_consumer(sch, cs)
     a_warp = sch.cache_read(outer, 0, "warp")
     b_warp = sch.cache_read(outer, 1, "warp")
@@ -297,7 +365,7 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
     sch.transform_layout(a_warp, ("write", 0), _ldmatrix_map(I, a_rows, a_cols))
     sch.transform_layout(b_warp, ("write", 0), _ldmatrix_map(I, b_rows, b_cols))
     sch.transform_layout(c_warp, ("read", 0), _ldmatrix_map(I, FRAG, FRAG))
-    load_a, load_b, compute, fill, store = _mma_names(I, wl, scope, c_scope, a_trans)
+    load_a, load_b, compute, fill, store = _mma_names(I, wl, acc, scope, c_scope, a_trans)
     sch.tensorize(loop_a, load_a)
     sch.tensorize(loop_b, load_b)
     sch.tensorize(sch.get_loops(c)[-3], compute)
@@ -327,7 +395,8 @@ def schedule_mma_from_config(sch, cfg, wl, facts):
     schedule_mma(sch, wl, facts, brw=cfg["block_row_warps"].val,
                  bcw=cfg["block_col_warps"].val, wrt=cfg["warp_row_tiles"].val,
                  wct=cfg["warp_col_tiles"].val, chunk=cfg["chunk"].val,
-                 stages=cfg["stages"].val, offset=cfg["offset"].val, vec=cfg["vec"].val)
+                 stages=cfg["stages"].val, offset=cfg["offset"].val, vec=cfg["vec"].val,
+                 raster=cfg["raster"].val, stage_c=cfg["stage_c"].val)
 
 
 # ---- templates, fallbacks, strategy ----
@@ -372,6 +441,7 @@ def fallback_tc(wl, facts, *, mma):
         if key[0]:
             break
     brw, bcw, wrt, wct = best
+    tm, tn = brw * wrt * FRAG, bcw * wct * FRAG
     chunk = max(1, (128 if mma else 64) // (kf * nbytes))
     while chunk > 1 and padded(wl.K, chunk * kf) > 1.125 * wl.K:  # little K padding
         chunk //= 2
@@ -383,17 +453,44 @@ def fallback_tc(wl, facts, *, mma):
     cfg = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt,
            "warp_col_tiles": wct, "chunk": chunk, "vec": vec}
     if mma:
-        cfg.update(stages=3, offset=16 // nbytes)
+        cfg.update(stages=3, offset=16 // nbytes, raster=_fallback_raster(wl, facts, tm, tn),
+                   stage_c=_fallback_stage_c(wl, facts, tm, tn, chunk * kf * nbytes))
     else:
         cfg.update(offset=8 if nbytes == 2 else 0, offsetCS=4 if wl.out_dtype != "float16" else 8,
                    wmma_m=16)
     return cfg
 
 
+def _fallback_raster(wl, facts, tm, tn):
+    """Group the launch order only where one batch's grid is more than a wave of the SMs (then
+    a wave sweeps a square of about sqrt(SMs) x sqrt(SMs) tiles instead of whole rows)."""
+    mt, nt = -(-wl.M // tm), -(-wl.N // tn)
+    if mt * nt <= facts["num_sms"]:
+        return 1
+    for r in (8, 4, 2):
+        if mt % r == 0 and nt > r and r * r <= facts["num_sms"]:
+            return r
+    return 1
+
+
+def _fallback_stage_c(wl, facts, tm, tn, row_bytes):
+    """Stage an f16 output through shared memory (its casting store from registers writes 2
+    bytes per thread and column pair, a quarter of each 32-byte sector) where the f32 C tile fits
+    the static shared memory beside the 3 pipeline stages (the space's launch rule)."""
+    if wl.out_dtype != "float16":
+        return 0
+    limit = facts["max_shared_memory_per_block"]
+    ctile, dyn = tm * tn * 4, (tm + tn) * (row_bytes + 16) * 3
+    return int(ctile <= limit and (ctile + dyn <= limit or dyn > limit))
+
+
 # TVM 0.27's StorageRewrite fuses the f32 C tile with an f16 A/B tile of small block tiles and
 # then fails ("tvm_access_ptr element type must match the source buffer"). The dynamic
 # shared-memory planner reuses the A/B bytes for the C tile by itself, so it is not needed.
 _PASS_CONFIG = {"tirx.disable_storage_rewrite": True}
+# The pipeline's global -> shared copies become cp.async only with this pass option (without it
+# they stay synchronous 16-byte loads, and the "async" stages only reorder them).
+_MMA_PASS_CONFIG = {"tirx.use_async_copy": True}
 
 
 def _register():
@@ -408,10 +505,10 @@ def _register():
             priority=2, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG))
         register_template(Template(
             name=f"{op}_mma.cuda", op=op, target_kind="cuda",
-            compute=lambda wl, cfg: _plain(wl), schedule=schedule_mma_from_config,
+            compute=lambda wl, cfg: _mma_compute(wl), schedule=schedule_mma_from_config,
             fallback=lambda space, wl, facts: fallback_tc(wl, facts, mma=True),
             check=check_tc, dtypes=("float16", "int8"), layouts=("NN", "NT", "TN", "TT"),
-            priority=3, prepare=intrin.load_cuda))
+            priority=3, prepare=intrin.load_cuda, pass_config=_MMA_PASS_CONFIG))
 
 
 def _plain(wl):
