@@ -75,12 +75,13 @@ def test_tune_model_cli(tmp_path):
     assert bad.returncode == 2 and "model file nope.py does not exist" in bad.stderr
 
 
-def _bias_relu_model():
+def bias_relu_model(x_shape=(4, 64, 32), w_shape=(4, 32, 48), dtype="float32"):
+    """relu(x @ w + bias) as a Relax module (also used by test_tensorcore)."""
     from tvm.script import relax as R
     bb = relax.BlockBuilder()
-    x = relax.Var("x", R.Tensor((4, 64, 32), "float32"))
-    w = relax.Var("w", R.Tensor((4, 32, 48), "float32"))
-    bias = relax.Var("bias", R.Tensor((48,), "float32"))
+    x = relax.Var("x", R.Tensor(x_shape, dtype))
+    w = relax.Var("w", R.Tensor(w_shape, dtype))
+    bias = relax.Var("bias", R.Tensor((w_shape[-1],), dtype))
     with bb.function("main", [x, w, bias]):
         with bb.dataflow():
             y = bb.emit(R.matmul(x, w))
@@ -90,7 +91,7 @@ def _bias_relu_model():
 
 
 def _check_fused(target, dev):
-    mod = _bias_relu_model()
+    mod = bias_relu_model()
     rng = np.random.default_rng(3)
     xs = [rng.standard_normal(s).astype("float32") for s in ((4, 64, 32), (4, 32, 48), (48,))]
     with tvm_ext.apply_history_best([]) as ctx:
@@ -105,7 +106,7 @@ def test_epilogue_is_fused_into_our_kernel():
     fused = tvm.transform.Sequential([
         relax.transform.AnnotateTIROpPattern(), relax.transform.FuseOps(),
         relax.transform.FuseTIR(), relax.transform.DeadCodeElimination()])(
-            tr.legalize_as_strategy(_bias_relu_model()))
+            tr.legalize_as_strategy(bias_relu_model()))
     applied = tr.ApplyTunedKernels("llvm")(fused)
     prims = [(gv.name_hint, f) for gv, f in applied.functions.items()
              if isinstance(f, tvm.tirx.PrimFunc)]

@@ -208,19 +208,10 @@ def test_fused_relax_epilogue_with_mma_builds_for_every_stage_c(tmp_path):
     then stages through shared memory (codegen for sm_90; numerics need a GPU)."""
     import tvm_ext
     import tvm_ext.relax as tr
-    from tvm import relax
-    from tvm.script import relax as R
+    from test_relax import bias_relu_model
     from tvm_ext import record
     from tvm_ext.measure import MeasureResult
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", R.Tensor((4, 64, 64), "float16"))
-    w = relax.Var("w", R.Tensor((4, 64, 64), "float16"))
-    bias = relax.Var("bias", R.Tensor((64,), "float16"))
-    with bb.function("main", [x, w, bias]):
-        with bb.dataflow():
-            y = bb.emit(R.matmul(x, w))
-            out = bb.emit_output(R.nn.relu(R.add(y, bias)))
-        bb.emit_func_output(out)
+    model = bias_relu_model((4, 64, 64), (4, 64, 64), "float16")
     target = cuda_target("sm_90")
     wl = Workload.create("batch_matmul", (4, 64, 64, 64), "float16", "float16", layout="NN")
     task = Task(wl, target, template="batch_matmul_mma.cuda")
@@ -229,7 +220,7 @@ def test_fused_relax_epilogue_with_mma_builds_for_every_stage_c(tmp_path):
         log.write_text(record.encode(str(target), task.name, wl, task.config_from_values(
             {"stage_c": stage_c}), MeasureResult([1e-6])) + "\n")
         with tvm_ext.apply_history_best(str(log)) as ctx:
-            tr.build(bb.get(), target, fuse_epilogue=True)
+            tr.build(model, target, fuse_epilogue=True)
         [choice] = ctx.report.choices
         assert choice.template == "batch_matmul_mma.cuda" and choice.tuned
         assert choice.config["stage_c"].val == stage_c
