@@ -6,6 +6,7 @@ import zlib
 import numpy as np
 import pytest
 
+from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task, reference_matmul, tolerance
 from tvm_ext.workload import Workload
@@ -16,17 +17,13 @@ CASES = [("batch_matmul.cuda", "batch_matmul", (2, 64, 128, 32)),
 
 
 def _sample(task, n, seed):
-    rng = np.random.default_rng(seed)
-    valid = list(task.space.valid_indices(limit=5000))
-    return [task.fallback_config()] + [task.config(int(i)) for i in
-                                       rng.choice(valid, size=n, replace=False)]
+    return sample_configs(task, n, seed, limit=5000)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("template,op,shape", CASES)
 def test_codegen_compiles_with_nvcc(arch, template, op, shape):
-    from tvm.support import nvcc
     target = cuda_target(arch)
     for seed, (dtype, layout) in enumerate([("float32", "NT"), ("float16", "NN"),
                                             ("float32", "TN")]):
@@ -34,12 +31,9 @@ def test_codegen_compiles_with_nvcc(arch, template, op, shape):
         task = Task(wl, target, template=template)
         for cfg in _sample(task, 2, seed):
             assert task.space.is_valid(cfg) or cfg.is_fallback
-            src = task.build(cfg).mod.imports[0].inspect_source()
+            src = cuda_source(task, cfg)
             assert "__global__" in src
-            with target:
-                cubin = nvcc.compile_cuda(src, target_format="cubin", arch=arch,
-                                          compiler="nvcc")
-            assert len(cubin) > 1000, cfg
+            assert len(nvcc_cubin(src, target, arch)) > 1000, cfg
 
 
 def test_strategy_picks_small_batch_for_few_rows():

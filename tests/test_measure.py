@@ -119,3 +119,12 @@ def test_loopback_rpc_farm(tmp_path):
     finally:
         for p in procs:
             _kill(p)
+
+
+def test_error_line_skips_the_appended_kernel_source():
+    from tvm_ext.measure.result import error_line
+    err = RuntimeError("Traceback\nInternalError: CUDALaunch Error: CUDA_ERROR_INVALID_VALUE\n"
+                       " grid=(1,8,1),  block=(32,2,1)\n// func_name=main_kernel\n"
+                       "// CUDA Source\n// ---\n}\n")
+    assert error_line(err) == " grid=(1,8,1),  block=(32,2,1)"
+    assert error_line(ValueError("a\n\nlast words  \n"), 4) == "last"

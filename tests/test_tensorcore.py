@@ -3,9 +3,9 @@ sampled configs of every space (no GPU needed); numerics on a GPU (``-m gpu``) f
 dtype x layout x alignment case, measured in parallel through the isolated pool measurer."""
 import shutil
 
-import numpy as np
 import pytest
 
+from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.template import templates_for
@@ -22,17 +22,13 @@ def _op(template):
 
 
 def _sample(task, n, seed):
-    rng = np.random.default_rng(seed)
-    valid = list(task.space.valid_indices(limit=20000))
-    picks = rng.choice(valid, size=min(n, len(valid)), replace=False) if n else []
-    return [task.fallback_config()] + [task.config(int(i)) for i in picks]
+    return sample_configs(task, n, seed, limit=20000)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("template", TEMPLATES)
 def test_codegen_compiles_with_nvcc(arch, template):
-    from tvm.support import nvcc
     target = cuda_target(arch)
     op = _op(template)
     cases = [("float16", "float32", "NT", ALIGNED), ("int8", "int32", "NN", ALIGNED),
@@ -42,22 +38,19 @@ def test_codegen_compiles_with_nvcc(arch, template):
         task = Task(wl, target, template=template)
         for cfg in _sample(task, 1, seed + (arch == "sm_80")):
             assert task.space.is_valid(cfg), (cfg, task.space.violations(cfg))
-            src = task.build(cfg).mod.imports[0].inspect_source()
+            src = cuda_source(task, cfg)
             if "mma" in template.split(".")[0]:
                 assert "mma.sync" in src and "ldmatrix" in src
             else:
                 assert "wmma::mma_sync" in src
-            with target:
-                cubin = nvcc.compile_cuda(src, target_format="cubin", arch=arch,
-                                          compiler="nvcc")
-            assert len(cubin) > 1000, cfg
+            assert len(nvcc_cubin(src, target, arch)) > 1000, cfg
 
 
 def test_mma_f16_output_accumulates_in_f32():
     wl = Workload.create("dense", (256, 256, 256), "float16", "float16")
     task = Task(wl, cuda_target("sm_90"), template="dense_mma.cuda")
     for cfg in _sample(task, 2, 3):  # cast at the register store or the shared write-back
-        src = task.build(cfg).mod.imports[0].inspect_source()
+        src = cuda_source(task, cfg)
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src, cfg
         assert "f16.f16.f16.f16" not in src
 
@@ -66,11 +59,11 @@ def test_mma_pipeline_uses_cp_async():
     wl = Workload.create("dense", (256, 256, 256), "float16")
     task = Task(wl, cuda_target("sm_90"), template="dense_mma.cuda")
     cfg = task.config_from_values({"stages": 3, "chunk": 2})
-    src = task.build(cfg).mod.imports[0].inspect_source()
+    src = cuda_source(task, cfg)
     assert "cp.async.cg.shared.global" in src and "cp.async.commit_group" in src
     assert "__shared__" in src  # the dynamic shared buffer
     cfg1 = task.config_from_values({"stages": 1, "chunk": 2})
-    assert "cp.async" not in task.build(cfg1).mod.imports[0].inspect_source()
+    assert "cp.async" not in cuda_source(task, cfg1)
 
 
 def test_strategy_offers_tensor_cores_first_for_f16_and_int8():

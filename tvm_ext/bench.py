@@ -21,6 +21,7 @@ from typing import Callable, List, Optional
 import numpy as np
 
 from .errors import TvmExtError
+from .measure.result import error_line
 from .space import data_dir
 from .workload import Workload
 
@@ -191,11 +192,6 @@ GPU_SUITE = {
 }
 
 
-def _last_line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).splitlines() if ln.strip()]
-    return (lines[0] if "CUDA Source" in str(err) else lines[-1] if lines else repr(err))[:160]
-
-
 def _dlight_kernel(wl, target):
     """TVM 0.27's own default: dlight's GPU rules on the unscheduled compute."""
     import tvm  # noqa: PLC0415
@@ -270,19 +266,19 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
         try:
             dl = tvm_ms(_dlight_kernel(wl, target), "dlight")
         except Exception as err:  # noqa: BLE001  (dlight may not schedule a workload)
-            print(f"  {name} dlight failed: {_last_line(err)}")
+            print(f"  {name} dlight failed: {error_line(err, 160)}")
             dl = (float("nan"), "-")
         try:
             fb = tvm_ms(task.build(task.fallback_config()), "fallback")
         except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
-            print(f"  {name} fallback failed: {_last_line(err)}")
+            print(f"  {name} fallback failed: {error_line(err, 160)}")
             fb = (float("nan"), "failed")
         with tvm_ext.apply_history_best(logs):
             k = tvm_ext.build(wl, target)
         try:
             tuned = tvm_ms(k.executable, "tuned" if k.choice.tuned else "fallback (no record)")
         except Exception as err:  # noqa: BLE001
-            print(f"  {name} tuned failed: {_last_line(err)}")
+            print(f"  {name} tuned failed: {error_line(err, 160)}")
             tuned = (float("nan"), "failed")
         for label, res in (("dlight", dl), ("fallback", fb),
                            ("tuned" if k.choice.tuned else "untuned", tuned)):

@@ -87,7 +87,6 @@ class Task:
 
     def build(self, config: ConfigEntity):
         """Compile a config: a ``tvm.runtime.Executable`` whose ``main`` takes (A, B, C)."""
-        import tvm  # noqa: PLC0415
 
         return self.compile(self.instantiate(config))
 

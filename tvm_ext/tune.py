@@ -221,7 +221,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     if args.trials < 1:
         raise TvmExtError(f"--trials must be >= 1, got {args.trials}")
     from . import record  # noqa: PLC0415
-    from .target import describe, parse_target  # noqa: PLC0415
+    from .target import parse_target  # noqa: PLC0415
 
     if args.best:
         return _print_best(args.best, parse_target(args.target) if args.target else None)

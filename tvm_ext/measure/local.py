@@ -10,7 +10,7 @@ from typing import List, Sequence
 import numpy as np
 
 from ..task import InstantiationError, OutputCheck, Task
-from .result import MeasureErrorNo, MeasureResult
+from .result import MeasureErrorNo, MeasureResult, error_line
 
 
 def device_for(target):
@@ -47,7 +47,6 @@ class LocalMeasurer:
         return [self.measure_one(task, c) for c in configs]
 
     def measure_one(self, task: Task, config) -> MeasureResult:
-        import tvm  # noqa: PLC0415
         t0 = time.time()
         try:
             mod = task.instantiate(config)
@@ -57,7 +56,7 @@ class LocalMeasurer:
         try:
             ex = task.compile(mod)
         except Exception as err:  # noqa: BLE001  (any compiler failure is a record)
-            return MeasureResult.error(MeasureErrorNo.COMPILE_HOST, _last_line(err),
+            return MeasureResult.error(MeasureErrorNo.COMPILE_HOST, error_line(err),
                                        time.time() - t0)
         return self.run(task, ex, t0)
 
@@ -70,7 +69,7 @@ class LocalMeasurer:
                                        repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
                                        cache_flush=False)
         except Exception as err:  # noqa: BLE001
-            return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, _last_line(err),
+            return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, error_line(err),
                                        time.time() - t0)
         if kind != "ok":
             return MeasureResult.error(MeasureErrorNo.WRONG_ANSWER, payload, time.time() - t0)
@@ -106,6 +105,3 @@ def run_arrays(task, mod, dev, a, b, check, *, number, repeat, min_repeat_ms, ca
     return ("ok", list(timer(ta, tb, tc).results))
 
 
-def _last_line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else repr(err)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .local import run_arrays, seeded_data
-from .result import MeasureErrorNo, MeasureResult
+from .result import MeasureErrorNo, MeasureResult, error_line
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -130,7 +130,6 @@ def _task_from(spec: Dict[str, Any]):
 
 def build_in_worker(spec: Dict[str, Any], config_json: Dict[str, Any], out_dir: str):
     """Instantiate + compile + export. Returns (error_no, path_or_message)."""
-    import tvm  # noqa: PLC0415
     from ..space import ConfigEntity  # noqa: PLC0415
     from ..task import InstantiationError, ensure_cuda_compiler  # noqa: PLC0415
     task = _task_from(spec)
@@ -142,7 +141,7 @@ def build_in_worker(spec: Dict[str, Any], config_json: Dict[str, Any], out_dir: 
     try:
         ex = task.compile(mod)
     except Exception as err:  # noqa: BLE001
-        return int(MeasureErrorNo.COMPILE_HOST), _last_line(err)
+        return int(MeasureErrorNo.COMPILE_HOST), error_line(err, 300)
     fd, path = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
@@ -152,7 +151,7 @@ def build_in_worker(spec: Dict[str, Any], config_json: Dict[str, Any], out_dir: 
     except Exception as err:  # noqa: BLE001  (nvcc rejected the device code, ...)
         code = MeasureErrorNo.COMPILE_DEVICE if task.target.kind.name == "cuda" else \
             MeasureErrorNo.COMPILE_HOST
-        return int(code), _last_line(err)
+        return int(code), error_line(err, 300)
     return 0, path
 
 
@@ -189,9 +188,6 @@ def run_in_worker(spec, path, device_id, opts):
                       min_repeat_ms=opts["min_repeat_ms"], cache_flush=opts["cache_flush"])
 
 
-def _last_line(err: BaseException) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else repr(err)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +281,7 @@ class PoolMeasurer:
                 elif status == "died":
                     out[k] = (int(MeasureErrorNo.COMPILE_HOST), "build worker died", dt)
                 else:
-                    out[k] = (int(MeasureErrorNo.COMPILE_HOST), _last_line(value), dt)
+                    out[k] = (int(MeasureErrorNo.COMPILE_HOST), error_line(value, 300), dt)
 
         with ThreadPoolExecutor(len(self._builders)) as ex:
             list(ex.map(drain, self._builders))
@@ -298,7 +294,7 @@ class PoolMeasurer:
             status, value = worker.call(load_in_worker, (path,), self.build_timeout)
             if status != "ok":
                 why = "timed out" if status == "timeout" else "died" if status == "died" \
-                    else _last_line(value)
+                    else error_line(value, 300)
                 return MeasureResult.error(MeasureErrorNo.COMPILE_DEVICE,
                                            f"loading the library {why}", time.time() - t0)
         with self._device_locks[device_id]:
@@ -317,7 +313,7 @@ class PoolMeasurer:
         if status == "died":
             return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE,
                                        "kernel killed its worker process; worker restarted", dt)
-        return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, _last_line(value), dt)
+        return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, error_line(value, 300), dt)
 
     def measure(self, task, configs) -> List[MeasureResult]:
         spec = self.spec(task)

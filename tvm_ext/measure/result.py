@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import List
+from typing import List, Optional
 
 
 class MeasureErrorNo(IntEnum):
@@ -44,3 +44,11 @@ class MeasureResult:
     @staticmethod
     def error(error_no: int, msg: str, all_cost: float = 0.0) -> "MeasureResult":
         return MeasureResult([], int(error_no), all_cost, time.time(), msg[:500])
+
+
+def error_line(err: BaseException, limit: Optional[int] = None) -> str:
+    """The line of an exception's message that names the problem: its last non-empty line,
+    before the kernel source that TVM appends to a CUDA launch error."""
+    text = str(err).split("// func_name=")[0].split("// CUDA Source")[0]
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:limit] if lines else repr(err)

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .local import run_arrays
-from .result import MeasureErrorNo, MeasureResult
+from .result import MeasureErrorNo, MeasureResult, error_line
 
 
 def _sessions(measurer):
@@ -65,7 +65,7 @@ def rpc_drain(measurer, task, todo, results, lock):
                     MeasureResult.error(MeasureErrorNo.WRONG_ANSWER, payload)
             except Exception as err:  # noqa: BLE001  (a broken session or remote crash)
                 res = MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE,
-                                          f"rpc: {pool._last_line(err)}")
+                                          f"rpc: {error_line(err, 300)}")
                 with lock:
                     broken.add(k_sess)
             res.all_cost = time.time() - t0 + build_s

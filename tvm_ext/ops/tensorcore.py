@@ -94,23 +94,13 @@ def schedule_wmma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, offset, offset_c
     _spread(sch, cs, 2, nwarps, min(vec, 16 // out_bytes))  # at most 16-byte stores
     # 4. A / B tiles in shared memory, loaded by all threads
     for idx in (0, 1):
-        sh = sch.cache_read(outer, idx, scope)
-        if int8:
-            # fragment-major: [.., k/16, m, 16] (A, B^T) or [.., n/16, k, 16] (B NN)
-            if idx == 0 and wl.transpose_a:   # A [k, m] -> [k/16, m, k%16]
-                sch.transform_layout(sh, ("write", 0), lambda *x: (
-                    *_lead(x), x[-2] // FRAG, x[-1], x[-2] % FRAG))
-            else:  # K-contiguous A / B^T, and B [k, n]: split the contiguous axis
-                sch.transform_layout(sh, ("write", 0), lambda *x: (
-                    *_lead(x), x[-1] // FRAG, x[-2], x[-1] % FRAG))
-        elif idx == 0 and wl.transpose_a:  # wmma takes A as [m, k]
-            sch.transform_layout(sh, ("write", 0), lambda *x: (*_lead(x), x[-1], x[-2]))
-        sch.compute_at(sh, k0)
-        _spread(sch, sh, 2, nwarps, _copy_vec(wl, vec, pad, idx == 0 and wl.transpose_a))
-        if not int8 and offset:
-            sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
-        if pad:
-            _inline_producer(sch, sh)
+        a_km = idx == 0 and wl.transpose_a
+        if int8:  # fragment-major: [.., k/16, m, 16] (A, B^T) or [.., n/16, k, 16] (B NN)
+            layout = _frag_major_rows if a_km else _frag_major_cols
+        else:  # wmma takes A as [m, k]
+            layout = _transpose if a_km else None
+        _stage_shared(sch, outer, idx, scope, k0, nwarps, _copy_vec(wl, vec, pad, a_km),
+                      layout=layout, align=0 if int8 else offset, pad=pad)
     if pad:
         _inline_consumer(sch, cs)
     # 5. fragments
@@ -165,6 +155,36 @@ def _tile_grid(sch, wl, warps_tiles, chunk, kf, raster=1):
     warp = sch.fuse(i1, j1)
     sch.bind(warp, "threadIdx.y")
     return c, outer, j0, k0, k1, warp, pad
+
+
+def _transpose(*x):
+    """Index map swapping the last two axes (a [K, M] operand stored [M, K])."""
+    return (*_lead(x), x[-1], x[-2])
+
+
+def _frag_major_rows(*x):
+    """[.., k, m] -> [.., k/16, m, k%16]: an int8 A stored [K, M], fragment-major."""
+    return (*_lead(x), x[-2] // FRAG, x[-1], x[-2] % FRAG)
+
+
+def _frag_major_cols(*x):
+    """[.., r, c] -> [.., c/16, r, c%16]: split the contiguous axis (K of A / B^T, N of B)."""
+    return (*_lead(x), x[-1] // FRAG, x[-2], x[-1] % FRAG)
+
+
+def _stage_shared(sch, outer, idx, scope, k0, nwarps, vec, *, layout, align, pad):
+    """Operand ``idx`` of the tensor-core block staged in shared memory per K step: stored in
+    ``layout`` (an index map, or None), copied by all threads ``vec`` elements wide, rows padded
+    by ``align`` elements, and for a padded shape the zeros computed inside the copy."""
+    sh = sch.cache_read(outer, idx, scope)
+    if layout is not None:
+        sch.transform_layout(sh, ("write", 0), layout)
+    sch.compute_at(sh, k0)
+    _spread(sch, sh, 2, nwarps, vec)
+    if align:
+        sch.storage_align(sh, 0, axis=-2, factor=32, offset=align)
+    if pad:
+        _inline_producer(sch, sh)
 
 
 def _spread(sch, block, ndim, nwarps, vec):
@@ -339,16 +359,10 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
         _inline_consumer(sch, c_warp)
     a_trans = wl.transpose_a and not int8
     for idx in (0, 1):
-        sh = sch.cache_read(outer, idx, scope)
-        if idx == 0 and wl.transpose_a and int8:  # no ldmatrix transpose for 8-bit data
-            sch.transform_layout(sh, ("write", 0), lambda *x: (*_lead(x), x[-1], x[-2]))
-        sch.compute_at(sh, k0)
-        transposing = idx == 0 and wl.transpose_a and int8
-        _spread(sch, sh, 2, nwarps, _copy_vec(wl, vec, pad, transposing, async_copy=True))
-        if offset:
-            sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
-        if pad:
-            _inline_producer(sch, sh)
+        transposing = idx == 0 and wl.transpose_a and int8  # no ldmatrix transpose for 8 bits
+        _stage_shared(sch, outer, idx, scope, k0, nwarps,
+                      _copy_vec(wl, vec, pad, transposing, async_copy=True),
+                      layout=_transpose if transposing else None, align=offset, pad=pad)
     if staged:
         _inline_consumer(sch, cs)
     a_warp = sch.cache_read(outer, 0, "warp")
@@ -421,7 +435,7 @@ def check_tc(wl, facts, kf=None):
     return None
 
 
-def fallback_tc(wl, facts, *, mma):
+def fallback_tc(space, wl, facts, *, mma):
     """Untuned tiles from the target: the largest block tile (up to 128 x 128, 4-8 warps) that
     still gives every SM a block and pads at most 1.25x; 64-byte K steps for wmma, 128-byte
     three-stage pipelines for mma (both within the shared memory of sm_80 / sm_90)."""
@@ -454,7 +468,9 @@ def fallback_tc(wl, facts, *, mma):
            "warp_col_tiles": wct, "chunk": chunk, "vec": vec}
     if mma:
         cfg.update(stages=3, offset=16 // nbytes, raster=_fallback_raster(wl, facts, tm, tn),
-                   stage_c=_fallback_stage_c(wl, facts, tm, tn, chunk * kf * nbytes))
+                   stage_c=0)
+        if wl.out_dtype == "float16":
+            cfg["stage_c"] = _fallback_stage_c(space, cfg)
     else:
         cfg.update(offset=8 if nbytes == 2 else 0, offsetCS=4 if wl.out_dtype != "float16" else 8,
                    wmma_m=16)
@@ -473,15 +489,13 @@ def _fallback_raster(wl, facts, tm, tn):
     return 1
 
 
-def _fallback_stage_c(wl, facts, tm, tn, row_bytes):
+def _fallback_stage_c(space, cfg):
     """Stage an f16 output through shared memory (its casting store from registers writes 2
-    bytes per thread and column pair, a quarter of each 32-byte sector) where the f32 C tile fits
-    the static shared memory beside the 3 pipeline stages (the space's launch rule)."""
-    if wl.out_dtype != "float16":
-        return 0
-    limit = facts["max_shared_memory_per_block"]
-    ctile, dyn = tm * tn * 4, (tm + tn) * (row_bytes + 16) * 3
-    return int(ctile <= limit and (ctile + dyn <= limit or dyn > limit))
+    bytes per thread and column pair, a quarter of each 32-byte sector) where the space's rules
+    (the static C tile beside the pipeline stages) allow it as they allow the direct store."""
+    def broken(stage_c):
+        return set(space.violations(space.config_from_values({**cfg, "stage_c": stage_c})))
+    return int(broken(1) <= broken(0))
 
 
 # TVM 0.27's StorageRewrite fuses the f32 C tile with an f16 A/B tile of small block tiles and
@@ -499,14 +513,14 @@ def _register():
         register_template(Template(
             name=f"{op}_tensorcore.cuda", op=op, target_kind="cuda",
             compute=lambda wl, cfg: _plain(wl), schedule=schedule_wmma_from_config,
-            fallback=lambda space, wl, facts: fallback_tc(wl, facts, mma=False),
+            fallback=lambda space, wl, facts: fallback_tc(space, wl, facts, mma=False),
             check=lambda wl, facts: check_tc(wl, facts, FRAG), dtypes=("float16", "int8"),
             layouts=("NN", "NT", "TN", "TT"),
             priority=2, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG))
         register_template(Template(
             name=f"{op}_mma.cuda", op=op, target_kind="cuda",
             compute=lambda wl, cfg: _mma_compute(wl), schedule=schedule_mma_from_config,
-            fallback=lambda space, wl, facts: fallback_tc(wl, facts, mma=True),
+            fallback=lambda space, wl, facts: fallback_tc(space, wl, facts, mma=True),
             check=check_tc, dtypes=("float16", "int8"), layouts=("NN", "NT", "TN", "TT"),
             priority=3, prepare=intrin.load_cuda, pass_config=_MMA_PASS_CONFIG))
 
