@@ -60,6 +60,7 @@ BAD = [
     (["--target", "tpu"], "unknown target 'tpu'"),
     (["--layout", "XY"], "unknown layout 'XY'"),
     (["--space", "nope.json", "--target", "llvm"], "cannot read space file"),
+    (["--timing", "graph", "--target", "llvm"], "graph timing needs a CUDA device"),
 ]
 
 

@@ -93,6 +93,31 @@ def test_pick_best_merge_and_target_check(tmp_path):
         record.check_target(recs, {"kind": "cuda", "arch": "sm_90"}, a)
 
 
+def test_gpu_model_records_preferred(tmp_path):
+    """Records of the target's own GPU model win over faster ones of another model; without a
+    model of its own (or none of it in the log), the fastest that applies wins. Distilling
+    keeps each model's best."""
+    from tvm_ext.target import cuda_target, describe, gpu_model
+    h100, h200 = ('{"kind": "cuda", "arch": "sm_90", "model": "%s"}' % m for m in ("h100", "h200"))
+    log = tmp_path / "gpu.json"
+    record.append(log, [_line(1e-3, 0, target=h100), _line(2e-3, 1, target=h200),
+                        _line(3e-3, 2, target=h200), _line(4e-3, 3, target=h100)])
+    recs = record.load(log)
+    assert record.best_for(recs, WL, cuda_target("sm_90", "h200")).result.mean == 2e-3
+    assert record.best_for(recs, WL, cuda_target("sm_90", "h100")).result.mean == 1e-3
+    assert record.best_for(recs, WL, cuda_target("sm_90")).result.mean == 1e-3
+    assert record.best_for(recs, WL, cuda_target("sm_90", "a100")).result.mean == 1e-3
+    assert record.best_for(recs, WL, cuda_target("sm_80")) is None
+    out = tmp_path / "best.json"
+    assert record.merge([log], out, best_only=True) == 2
+    assert sorted(r.result.mean for r in record.load(out)) == [1e-3, 2e-3]
+    assert describe(cuda_target("sm_90", "h200")) == "cuda sm_90 (h200)"
+    assert len(record.best_table(recs, cuda_target("sm_90"))) == 2
+    assert [gpu_model(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA H200",
+                                   "NVIDIA A100-SXM4-80GB", "Tesla V100")] == \
+        ["h100", "h200", "a100", "v100"]
+
+
 def test_tvm019_autotvm_log_loads():
     recs = record.load(os.path.join(DATA, "autotvm_v019_x86.json"))
     assert [r.task_name for r in recs] == ["batch_matmul.x86", "batch_matmul.x86",

@@ -1,8 +1,10 @@
 """TensorCore templates (wmma and mma.sync): CUDA that nvcc compiles for sm_80 and sm_90 over
 sampled configs of every space (no GPU needed); numerics on a GPU (``-m gpu``) for every
 dtype x layout x alignment case, measured in parallel through the isolated pool measurer."""
+import re
 import shutil
 
+import numpy as np
 import pytest
 
 from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
@@ -118,44 +120,61 @@ def _gpu_cases(template):
     return cases
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("template", TEMPLATES)
-def test_numerics_on_gpu_every_dtype_layout_alignment(template):
-    """Every case through pool measurers: built in parallel workers, run in isolated runners,
-    compared with numpy (error 5 on a wrong answer; a crash is error 4). Four measurers take
-    the cases from one queue, so builds of different workloads overlap."""
-    import queue
-    import threading
+SPLIT_K_SHAPE = (64, 128, 4096)
+SPLIT_K_CASES = (("float16", "float16", "NT"), ("int8", "int32", "NN"),
+                 ("float16", "float32", "TN"))
 
+
+def _split_configs(task, n):
+    """The fallback with split_k 2, 4 and 8 where the space allows it, then ``n`` random valid
+    split configs."""
+    fb = task.fallback_config().values_dict()
+    picks = [task.space.config_from_values({**fb, "split_k": s}) for s in (2, 4, 8)]
+    picks = [c for c in picks if task.space.is_valid(c)]
+    split = [i for i in task.space.valid_indices(limit=20000)
+             if task.space.get(i)["split_k"].val > 1]
+    rng = np.random.default_rng(5)
+    return picks + [task.config(int(i)) for i in rng.choice(split, size=n, replace=False)]
+
+
+def test_split_k_builds_two_kernels_and_only_on_small_grids():
+    """split_k > 1: the partial products of each K slice (one more grid dimension) go to a
+    global buffer in the accumulator dtype, and a second kernel adds the slices and casts;
+    nvcc compiles both. The space refuses a split on a grid that fills the GPU, and the
+    fallback does not split."""
+    target = cuda_target("sm_90")
+    for dtype, out, layout in SPLIT_K_CASES:
+        wl = Workload.create("dense", SPLIT_K_SHAPE, dtype, out, layout=layout)
+        task = Task(wl, target, template="dense_mma.cuda")
+        assert task.fallback_config()["split_k"].val == 1
+        cfg = _split_configs(task, 0)[0]
+        src = cuda_source(task, cfg)
+        assert "main_kernel_1" in src and "mma.sync" in src, cfg
+        assert len(nvcc_cubin(src, target, "sm_90")) > 1000
+    big = Task(Workload.create("dense", (8192, 8192, 8192), "float16"), target,
+               template="dense_mma.cuda")
+    split = big.space.config_from_values({**big.fallback_config().values_dict(), "split_k": 2})
+    assert any("split-K" in v for v in big.space.violations(split))
+
+
+@pytest.mark.gpu
+def test_split_k_numerics_on_gpu():
+    """Split configs (fallback tiles with split 2/4/8, and random ones) for f16 -> f16 NT,
+    int8 -> int32 NN and f16 -> f32 TN, checked against numpy in the pool measurer."""
     import tvm
     from tvm_ext.measure.pool import PoolMeasurer
     target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
-    cases = queue.Queue()
-    for case in _gpu_cases(template):
-        cases.put(case)
-    failures, counts = [], []
-
-    def drain():
-        with PoolMeasurer(n_parallel=4, number=1, repeat=1, build_timeout=180) as measurer:
-            while True:
-                try:
-                    template, wl, n_random = cases.get_nowait()
-                except queue.Empty:
-                    return
-                task = Task(wl, target, template=template)
-                configs = _sample(task, n_random, 7)
-                for cfg, res in zip(configs, measurer.measure(task, configs)):
-                    counts.append(1)
-                    if not res.ok:
-                        failures.append(f"{template} {wl} {cfg}: error {res.error_no} "
-                                        f"{res.error_msg}")
-
-    threads = [threading.Thread(target=drain) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(counts) >= 25
+    failures, n = [], 0
+    with PoolMeasurer(n_parallel=8, number=1, repeat=1, build_timeout=180) as measurer:
+        for dtype, out, layout in SPLIT_K_CASES:
+            wl = Workload.create("dense", SPLIT_K_SHAPE, dtype, out, layout=layout)
+            task = Task(wl, target, template="dense_mma.cuda")
+            configs = _split_configs(task, 3)
+            for cfg, res in zip(configs, measurer.measure(task, configs)):
+                n += 1
+                if not res.ok:
+                    failures.append(f"{wl} {cfg}: error {res.error_no} {res.error_msg}")
+    assert n >= 12
     assert not failures, "\n".join(failures)
 
 
@@ -217,3 +236,33 @@ def test_fused_relax_epilogue_with_mma_builds_for_every_stage_c(tmp_path):
         [choice] = ctx.report.choices
         assert choice.template == "batch_matmul_mma.cuda" and choice.tuned
         assert choice.config["stage_c"].val == stage_c
+
+
+def test_split_k_record_in_a_relax_model_builds_fused_and_unfused(tmp_path):
+    """A split_k record applied to a Relax f16 matmul + bias + relu: unfused, the matmul kernel
+    is ours and splits (two kernels); fused, the epilogue's compute is the model's, and the
+    record's tiles apply without the split (codegen for sm_90)."""
+    import tvm_ext
+    import tvm_ext.relax as tr
+    from test_relax import bias_relu_model
+    from tvm_ext import record
+    from tvm_ext.measure import MeasureResult
+    model = bias_relu_model((64, 1024), (1024, 128), "float16")
+    target = cuda_target("sm_90")
+    wl = Workload.create("dense", (64, 128, 1024), "float16", "float16", layout="NN")
+    task = Task(wl, target, template="dense_mma.cuda")
+    cfg = task.config_from_values({"split_k": 2})
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    log = tmp_path / "split.json"
+    log.write_text(record.encode(str(target), task.name, wl, cfg, MeasureResult([1e-6])) + "\n")
+    kernels = {}
+    for fuse in (False, True):
+        with tvm_ext.apply_history_best(str(log)) as ctx:
+            ex = tr.build(model, target, fuse_epilogue=fuse)
+        [choice] = ctx.report.choices
+        assert choice.tuned and choice.config["split_k"].val == 2
+        src = ex.mod.imports[0].imports[0].inspect_source()  # VM executable -> host -> CUDA
+        assert "mma.sync" in src
+        kernels[fuse] = set(re.findall(r"__global__ void __launch_bounds__\(\d+\) (\w+)\(", src))
+    assert {"matmul_kernel", "matmul_kernel_1"} <= kernels[False]  # partial products + sum
+    assert kernels[True] == {"fused_tvm_ext_matmul_add_relu_kernel"}

@@ -7,6 +7,12 @@
 CPU: numpy (``np.matmul``, whatever BLAS numpy was built with) vs tvm_ext's kernel built under
 ``apply_history_best(log)``. Each side: one warm-up, then ``--repeat`` timed runs; the median is
 reported with the spread (min-max). ratio = numpy time / tvm_ext time (> 1: tvm_ext is faster).
+
+GPU (``--suite gpu``): cuBLAS through torch (TF32 off; ``torch._int_mm`` for int8), TVM's dlight
+default, tvm_ext's fallback and tvm_ext under the shipped ``logs/cuda_sm90.json``. By default
+every kernel is timed in CUDA-graph replays (``--timing graph``), so microsecond kernels are
+compared without either side's launch overhead; each tuned row is also re-timed the way the
+tuner timed it and compared with the time in its record (the replay check).
 """
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ class Row:
     ours_ms: float
     ours_spread: str
     tuned: str
+    # GPU tuned rows: the time in the log's record, and the same kernel re-timed now the way
+    # the tuner timed it (replay check); None elsewhere.
+    recorded_ms: Optional[float] = None
+    replay_ms: Optional[float] = None
 
     @property
     def ratio(self) -> float:
@@ -206,15 +216,21 @@ def _dlight_kernel(wl, target):
     return tvm.compile(mod, target=target)
 
 
-def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
-    """cuBLAS (torch) vs dlight vs tvm_ext fallback vs tvm_ext tuned, per workload."""
+def run_gpu(suite, log: Optional[str], repeat: int, timing: str = "graph") -> List[Row]:
+    """cuBLAS (torch) vs dlight vs tvm_ext fallback vs tvm_ext tuned, per workload, each timed
+    by ``timing`` ("graph": CUDA-graph replays, kernel time; "eager": eager calls, launch
+    overhead included). Tuned rows also re-time the kernel as the tuner did (``replay_ms``)."""
     import torch  # noqa: PLC0415
     import tvm  # noqa: PLC0415
     import tvm_ext  # noqa: PLC0415
+    from .measure import LocalMeasurer  # noqa: PLC0415
+    from .measure.timing import eager_times, graph_times, time_module  # noqa: PLC0415
     from .target import default_target  # noqa: PLC0415
     from .task import Task, reference_matmul, tolerance  # noqa: PLC0415
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    times = graph_times if timing == "graph" else eager_times
+    tuner = LocalMeasurer()  # the timing the tuner records costs with (method "auto")
     target = default_target()
     dev = tvm.cuda(0)
     rng = np.random.default_rng(0)
@@ -226,63 +242,55 @@ def run_gpu(suite, log: Optional[str], repeat: int) -> List[Row]:
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
         b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
         if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
-            def vendor():
-                return torch._int_mm(a_mk, b_kn)
+            ref_ms = _ms(times(lambda: torch._int_mm(a_mk, b_kn), repeat))
         else:
-            def vendor():
-                return torch.matmul(a_mk, b_kn)
-
-        def torch_time():
-            samples = []
-            for _ in range(3):
-                vendor()
-            for _ in range(repeat):
-                start.record()
-                for _ in range(10):
-                    vendor()
-                end.record()
-                torch.cuda.synchronize()
-                samples.append(start.elapsed_time(end) / 10 / 1e3)
-            return samples
-
-        ref_ms = _ms(torch_time())
+            ref_ms = _ms(times(lambda: torch.matmul(a_mk, b_kn), repeat))
         args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev))
         expect = reference_matmul(wl, a, b)
 
         def tvm_ms(ex, label):
             out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-            ex.mod["main"](*args, out)
+            func = ex.mod["main"]
+            func(*args, out)
             dev.sync()
             ok = np.allclose(out.numpy().astype(expect.dtype), expect, *tolerance(wl))
-            timer = ex.mod.time_evaluator("main", dev, number=10, repeat=repeat)
-            res = _ms(timer(*args, out).results)
+            res = _ms(times(lambda: func(*args, out), repeat))
             print(f"  {name} {label}: {res[0]:.4f} ms  numerics {'ok' if ok else 'WRONG'}",
                   flush=True)
-            return res if ok else (float("inf"), "wrong answer")
+            return (res if ok else (float("inf"), "wrong answer")), out
+
+        def tuner_ms(ex, out):
+            costs = time_module(ex.mod, dev, (*args, out), timing=tuner.timing,
+                                number=tuner.number, repeat=tuner.repeat,
+                                min_repeat_ms=tuner.min_repeat_ms)
+            return float(np.mean(costs)) * 1e3
 
         try:
-            dl = tvm_ms(_dlight_kernel(wl, target), "dlight")
+            dl = tvm_ms(_dlight_kernel(wl, target), "dlight")[0]
         except Exception as err:  # noqa: BLE001  (dlight may not schedule a workload)
             print(f"  {name} dlight failed: {error_line(err, 160)}")
             dl = (float("nan"), "-")
         try:
-            fb = tvm_ms(task.build(task.fallback_config()), "fallback")
+            fb = tvm_ms(task.build(task.fallback_config()), "fallback")[0]
         except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
             print(f"  {name} fallback failed: {error_line(err, 160)}")
             fb = (float("nan"), "failed")
         with tvm_ext.apply_history_best(logs):
             k = tvm_ext.build(wl, target)
+        recorded = replay = None
         try:
-            tuned = tvm_ms(k.executable, "tuned" if k.choice.tuned else "fallback (no record)")
+            tuned, out = tvm_ms(k.executable, "tuned" if k.choice.tuned else
+                                "fallback (no record)")
+            if k.choice.tuned:
+                recorded, replay = k.choice.record_cost * 1e3, tuner_ms(k.executable, out)
         except Exception as err:  # noqa: BLE001
             print(f"  {name} tuned failed: {error_line(err, 160)}")
             tuned = (float("nan"), "failed")
         for label, res in (("dlight", dl), ("fallback", fb),
                            ("tuned" if k.choice.tuned else "untuned", tuned)):
             rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *ref_ms, *res, k.choice.template))
+        rows[-1].recorded_ms, rows[-1].replay_ms = recorded, replay
     return rows
 
 
@@ -422,8 +430,14 @@ def print_table(rows: List[Row], ref_name: str):
           f"{'GFLOP/s':>8}  spread (ref | ours)")
     for r in rows:
         gf = r.flop / r.ours_ms / 1e6
-        print(f"{r.name:<58} {r.ref_ms:>10.3f} {r.ours_ms:>11.3f} {r.ratio:>6.2f} {gf:>8.1f}  "
+        print(f"{r.name:<58} {r.ref_ms:>10.4g} {r.ours_ms:>11.4g} {r.ratio:>6.2f} {gf:>8.1f}  "
               f"{r.ref_spread} | {r.ours_spread} ({r.tuned})")
+    replays = [r for r in rows if r.replay_ms]
+    if replays:
+        print("replay of the log's records (re-timed as the tuner times, timing 'auto'):")
+        for r in replays:
+            print(f"  {r.name.split(' ')[0]:<16} recorded {r.recorded_ms:.4f} ms  replayed "
+                  f"{r.replay_ms:.4f} ms  replayed/recorded {r.replay_ms / r.recorded_ms:.2f}")
 
 
 def main(argv=None) -> int:
@@ -435,6 +449,10 @@ def main(argv=None) -> int:
                    help="tune each workload for N trials into --log first")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="tiny shapes (a smoke run)")
+    p.add_argument("--timing", choices=("graph", "eager"), default="graph",
+                   help="gpu suite: 'graph' times kernels in CUDA-graph replays (no launch "
+                        "overhead, the default); 'eager' times eager calls (torch's dispatch "
+                        "and TVM's FFI call included)")
     p.add_argument("--json", help="also write the rows to this JSON file")
     p.add_argument("--only", nargs="*", help="only these workloads of the suite (by key)")
     p.add_argument("--transfer", nargs="*", help="tuners suite: logs for xgb+transfer")
@@ -470,14 +488,15 @@ def main(argv=None) -> int:
             target = host_cpu_target()
         if args.tune:
             tune_suite(suite, target, log, args.tune)
-        rows = run_gpu(suite, log, args.repeat) if args.suite == "gpu" else \
+        rows = run_gpu(suite, log, args.repeat, args.timing) if args.suite == "gpu" else \
             run_cpu(suite, log, args.repeat)
     except TvmExtError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 2
     if args.suite == "gpu":
         import tvm  # noqa: PLC0415
-        print(f"device: {tvm.cuda(0).device_name} ({describe(target)}); log: {log}")
+        print(f"device: {tvm.cuda(0).device_name} ({describe(target)}); log: {log}; "
+              f"timing: {args.timing}")
         print_table(rows, "cuBLAS")
     else:
         print(f"device: {describe(target)}, {os.cpu_count()} cores; numpy: "

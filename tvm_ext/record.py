@@ -25,7 +25,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 from .errors import LogError, TvmExtError
 from .measure.result import MeasureResult
 from .space import ConfigEntity
-from .target import describe, target_matches
+from .target import describe, target_matches, target_model
 from .workload import Workload
 
 logger = logging.getLogger("tvm_ext")
@@ -183,17 +183,27 @@ def for_target(records: Sequence[Record], target) -> List[Record]:
     return [r for r in records if target_matches(r.target, target)]
 
 
-def pick_best(records: Iterable[Record], target=None) -> Dict[tuple, Record]:
-    """Fastest valid record per workload (across templates), optionally only those that apply
-    to ``target``."""
+def _fastest(records: Iterable[Record], target, key) -> Dict[tuple, Record]:
     best: Dict[tuple, Record] = {}
     for r in records:
         if not r.result.ok or (target is not None and not target_matches(r.target, target)):
             continue
-        k = r.key()
+        k = key(r)
         if k not in best or r.result.mean < best[k].result.mean:
             best[k] = r
     return best
+
+
+def pick_best(records: Iterable[Record], target=None) -> Dict[tuple, Record]:
+    """Fastest valid record per workload (across templates), optionally only those that apply
+    to ``target``."""
+    return _fastest(records, target, Record.key)
+
+
+def best_per_target(records: Iterable[Record], target=None) -> Dict[tuple, Record]:
+    """Fastest valid record per (target as described, GPU model included; workload),
+    optionally only those that apply to ``target``: an H100's and an H200's best both stay."""
+    return _fastest(records, target, lambda r: (describe(r.target),) + r.key())
 
 
 def merge(paths: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike], *,
@@ -202,14 +212,7 @@ def merge(paths: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
     returns how many were written. ``out`` is appended to, never rewritten."""
     records = [r for p in paths for r in load(p)]
     if best_only:
-        by_target: Dict[tuple, Record] = {}
-        for r in records:
-            if not r.result.ok:
-                continue
-            k = (describe(r.target),) + r.key()
-            if k not in by_target or r.result.mean < by_target[k].result.mean:
-                by_target[k] = r
-        records = list(by_target.values())
+        records = list(best_per_target(records).values())
     append(out, (encode(r.target, r.task_name, r.workload, r.config, r.result)
                  for r in records))
     return len(records)
@@ -226,7 +229,7 @@ def check_target(records: Sequence[Record], target, path) -> None:
 def best_table(records: Sequence[Record], target=None) -> List[str]:
     """One line per workload: template, best time and config."""
     lines = []
-    for _, r in sorted(pick_best(records, target).items(), key=lambda kv: str(kv[0])):
+    for _, r in sorted(best_per_target(records, target).items(), key=lambda kv: str(kv[0])):
         gf = r.workload.flop / r.result.mean / 1e9
         cfg = " ".join(f"{k}={v!r}" for k, v in r.config.items())
         lines.append(f"{r.workload}  [{describe(r.target)}]  {r.task_name}  "
@@ -235,5 +238,14 @@ def best_table(records: Sequence[Record], target=None) -> List[str]:
 
 
 def best_for(records: Sequence[Record], workload: Workload, target) -> Optional[Record]:
-    return pick_best((r for r in records if r.key() == workload.key()), target).get(
-        workload.key())
+    """The fastest valid record of ``workload`` that applies to ``target``; when some were
+    tuned on the target's own GPU model, the fastest of those (a time measured on another GPU
+    does not rank kernels for this one)."""
+    mine = [r for r in records if r.key() == workload.key()]
+    model = target_model(target)
+    if model:
+        same = [r for r in mine if target_model(r.target) == model]
+        best = pick_best(same, target).get(workload.key())
+        if best is not None:
+            return best
+    return pick_best(mine, target).get(workload.key())

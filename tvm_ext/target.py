@@ -4,12 +4,15 @@ TVM 0.27 takes targets as dicts (``{"kind": "cuda", "arch": "sm_90"}``); logs of
 hold CLI strings (``"llvm -keys=cpu -mcpu=skylake-avx512"``). Both are read here. Matching at
 apply time is by kind, and by arch for CUDA when both sides name one (as AutoTVM matched by target
 keys): a log tuned on one x86 CPU applies on another, an sm_80 log does not apply to sm_90.
+Within what applies, records of the same GPU model (the target's ``model``, e.g. "h200", set from
+the visible device) are preferred, as AutoTVM looked up ``-model`` before the target keys.
 """
 from __future__ import annotations
 
 import functools
 import json
 import os
+import re
 import shlex
 from typing import Any, Dict, Optional, Union
 
@@ -45,8 +48,10 @@ def parse_target(spec: Union[str, Dict[str, Any], Any, None]):
     if text == "llvm":
         return host_cpu_target()
     if text == "cuda" or text.startswith("cuda:"):
-        arch = text.split(":", 1)[1] if ":" in text else (_visible_gpu_arch() or "sm_90")
-        return cuda_target(arch)
+        if ":" in text:
+            return cuda_target(text.split(":", 1)[1])
+        arch, model = _visible_gpu() or ("sm_90", None)
+        return cuda_target(arch, model)
     if " -" in text:  # legacy CLI string, as in old logs
         return _make(_legacy_to_dict(text))
     raise TvmExtError(f"unknown target '{text}' (use llvm, cuda, cuda:sm_80, or a JSON dict "
@@ -72,35 +77,49 @@ def host_cpu_target():
                                                        "num-cores", "keys")})
 
 
-def cuda_target(arch: str = "sm_90"):
-    """A CUDA target with the attributes MetaSchedule / dlight / our constraints read."""
-    return _make({"kind": "cuda", "arch": arch, "max_threads_per_block": 1024,
-                  "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
-                  "registers_per_block": 65536})
+def cuda_target(arch: str = "sm_90", model: Optional[str] = None):
+    """A CUDA target with the attributes MetaSchedule / dlight / our constraints read; ``model``
+    (e.g. "h100") names the GPU for log look-up and changes no code."""
+    d = {"kind": "cuda", "arch": arch, "max_threads_per_block": 1024,
+         "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+         "registers_per_block": 65536}
+    if model:
+        d["model"] = model
+    return _make(d)
+
+
+def gpu_model(device_name: str) -> Optional[str]:
+    """"NVIDIA H100 80GB HBM3" -> "h100", "NVIDIA A100-SXM4-80GB" -> "a100",
+    "NVIDIA GeForce RTX 4090" -> "4090": the first word of the name holding a digit."""
+    for word in re.split(r"[\s\-_]+", device_name):
+        if any(c.isdigit() for c in word):
+            return word.lower()
+    return None
 
 
 @functools.lru_cache(maxsize=None)
-def _visible_gpu_arch() -> Optional[str]:
+def _visible_gpu():
+    """(arch, model) of CUDA device 0, or None."""
     if os.environ.get("TVM_EXT_NO_GPU"):
         return None
     try:
         tvm = _tvm()
         dev = tvm.cuda(0)
         if dev.exist:
-            return "sm_" + dev.compute_version.replace(".", "")
+            return "sm_" + dev.compute_version.replace(".", ""), gpu_model(dev.device_name)
     except Exception:  # no CUDA runtime in this TVM build / no driver
         return None
     return None
 
 
 def gpu_visible() -> bool:
-    return _visible_gpu_arch() is not None
+    return _visible_gpu() is not None
 
 
 def default_target():
-    """CUDA when a GPU is visible, else the host CPU."""
-    arch = _visible_gpu_arch()
-    return cuda_target(arch) if arch else host_cpu_target()
+    """CUDA (with the GPU's model) when a GPU is visible, else the host CPU."""
+    found = _visible_gpu()
+    return cuda_target(*found) if found else host_cpu_target()
 
 
 def _legacy_to_dict(text: str) -> Dict[str, Any]:
@@ -134,7 +153,7 @@ def target_info(target: Union[str, Dict[str, Any], Any]) -> Dict[str, Any]:
         d = dict(target.export())
     kind = str(d.get("kind", ""))
     return {"kind": kind, "arch": d.get("arch"), "mcpu": d.get("mcpu"),
-            "keys": list(d.get("keys", []))}
+            "model": d.get("model") or None, "keys": list(d.get("keys", []))}
 
 
 def target_str(target) -> str:
@@ -156,10 +175,18 @@ def _base_arch(arch: str) -> str:
     return str(arch).rstrip("a")  # sm_90a and sm_90 run the same non-wgmma code
 
 
+def target_model(target) -> Optional[str]:
+    """The GPU model a target (or a record's target) names, if any."""
+    model = target_info(target)["model"]
+    return None if model in (None, "unknown") else str(model)
+
+
 def describe(target) -> str:
     info = target_info(target)
     extra = info["arch"] or info["mcpu"]
-    return f"{info['kind']} {extra}" if extra else info["kind"]
+    text = f"{info['kind']} {extra}" if extra else info["kind"]
+    model = target_model(target)
+    return f"{text} ({model})" if model else text
 
 
 def hardware_facts(target, dtype: str = "float32") -> Dict[str, Any]:

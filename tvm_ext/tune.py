@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="warm-start the xgb tuner from these logs (same template, other shapes)")
     p.add_argument("--space", help="tuning-space JSON file replacing the shipped one")
     p.add_argument("--number", type=int, default=3, help="runs per timing repeat")
+    p.add_argument("--timing", default="auto", choices=("auto", "graph", "evaluator"),
+                   help="graph: CUDA-graph replays through torch (kernel time without launch "
+                        "overhead); evaluator: TVM's time_evaluator; auto (default): graph on "
+                        "a CUDA device when torch is importable, else evaluator")
     p.add_argument("--repeat", type=int, default=3, help="timing repeats per config")
     p.add_argument("--n-parallel", type=int, help="build worker processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=60, help="seconds per build")
@@ -168,9 +172,14 @@ def _join_values(argv: List[str]) -> List[str]:
 
 def _measurer(args):
     from .measure import LocalMeasurer  # noqa: PLC0415
+    from .measure.local import device_for  # noqa: PLC0415
     from .measure.pool import PoolMeasurer, RPCConfig  # noqa: PLC0415
+    from .measure.timing import resolve  # noqa: PLC0415
+    if not args.rpc_tracker:
+        resolve(args.timing, device_for(args.target_obj))  # a clear error before any build
     if args.local:
-        return LocalMeasurer(number=args.number, repeat=args.repeat, seed=args.seed)
+        return LocalMeasurer(number=args.number, repeat=args.repeat, seed=args.seed,
+                             timing=args.timing)
     try:
         devices = [int(d) for d in args.devices.split(",") if d.strip()]
     except ValueError:
@@ -184,7 +193,8 @@ def _measurer(args):
     return PoolMeasurer(n_parallel=args.n_parallel, build_timeout=args.build_timeout,
                         run_timeout=args.run_timeout, devices=devices or [0], rpc=rpc,
                         number=args.number, repeat=args.repeat, seed=args.seed,
-                        cache_flush=args.cache_flush, runners_per_device=loaders)
+                        cache_flush=args.cache_flush, runners_per_device=loaders,
+                        timing=args.timing)
 
 
 def _tune_model(args) -> int:

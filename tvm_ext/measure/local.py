@@ -11,6 +11,7 @@ import numpy as np
 
 from ..task import InstantiationError, OutputCheck, Task
 from .result import MeasureErrorNo, MeasureResult, error_line
+from .timing import time_module
 
 
 def device_for(target):
@@ -29,8 +30,9 @@ class LocalMeasurer:
     """
 
     def __init__(self, *, number: int = 3, repeat: int = 3, min_repeat_ms: int = 50,
-                 check: bool = True, seed: int = 0):
+                 check: bool = True, seed: int = 0, timing: str = "auto"):
         self.number, self.repeat, self.min_repeat_ms = number, repeat, min_repeat_ms
+        self.timing = timing
         self.check = check
         self.seed = seed
         self._cache = {}
@@ -67,7 +69,7 @@ class LocalMeasurer:
             mod = ex.mod if hasattr(ex, "mod") else ex
             kind, payload = run_arrays(task, mod, dev, a, b, check, number=self.number,
                                        repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
-                                       cache_flush=False)
+                                       cache_flush=False, timing=self.timing)
         except Exception as err:  # noqa: BLE001
             return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, error_line(err),
                                        time.time() - t0)
@@ -83,10 +85,10 @@ def seeded_data(task, seed: int):
 
 
 def run_arrays(task, mod, dev, a, b, check, *, number, repeat, min_repeat_ms, cache_flush,
-               tensor=None):
+               tensor=None, timing="evaluator"):
     """Run a loaded module once on NaN-poisoned output, check it (``check(output)`` -> problem
-    or None), then time it. Returns ("ok", costs) or ("wrong", problem). ``tensor`` makes device
-    tensors (local or remote)."""
+    or None), then time it (``timing``: see ``tvm_ext.measure.timing``). Returns ("ok", costs)
+    or ("wrong", problem). ``tensor`` makes device tensors (local or remote)."""
     import tvm  # noqa: PLC0415
     wl = task.workload
     tensor = tensor or (lambda arr: tvm.runtime.tensor(arr, dev))
@@ -99,9 +101,8 @@ def run_arrays(task, mod, dev, a, b, check, *, number, repeat, min_repeat_ms, ca
         problem = check(tc.numpy())
         if problem:
             return ("wrong", problem)
-    kwargs = {"f_preproc": "cache_flush_cpu_non_first_arg"} if cache_flush else {}
-    timer = mod.time_evaluator("main", dev, number=number, repeat=repeat,
-                               min_repeat_ms=min_repeat_ms, **kwargs)
-    return ("ok", list(timer(ta, tb, tc).results))
+    return ("ok", time_module(mod, dev, (ta, tb, tc), timing=timing, number=number,
+                              repeat=repeat, min_repeat_ms=min_repeat_ms,
+                              cache_flush=cache_flush))
 
 

@@ -185,7 +185,8 @@ def run_in_worker(spec, path, device_id, opts):
     a, b, ref = _inputs(task, opts["seed"])
     return run_arrays(task, mod, dev, a, b, ref if opts["check"] else None,
                       number=opts["number"], repeat=opts["repeat"],
-                      min_repeat_ms=opts["min_repeat_ms"], cache_flush=opts["cache_flush"])
+                      min_repeat_ms=opts["min_repeat_ms"], cache_flush=opts["cache_flush"],
+                      timing=opts["timing"])
 
 
 
@@ -218,13 +219,15 @@ class PoolMeasurer:
                  run_timeout: float = 30, devices: Sequence[int] = (0,),
                  rpc: Optional[RPCConfig] = None, number: int = 3, repeat: int = 3,
                  min_repeat_ms: int = 50, check: bool = True, cache_flush: bool = False,
-                 seed: int = 0, extra_paths: Sequence[str] = (), runners_per_device: int = 1):
+                 seed: int = 0, extra_paths: Sequence[str] = (), runners_per_device: int = 1,
+                 timing: str = "auto"):
         self.n_parallel = n_parallel or max(1, (os.cpu_count() or 2))
         self.build_timeout, self.run_timeout = build_timeout, run_timeout
         self.devices = list(devices)
         self.rpc = rpc
         self.opts = {"number": number, "repeat": repeat, "min_repeat_ms": min_repeat_ms,
-                     "check": check, "cache_flush": cache_flush, "seed": seed}
+                     "check": check, "cache_flush": cache_flush, "seed": seed,
+                     "timing": "evaluator" if rpc else timing}
         self.env = _worker_env(extra_paths)
         self._builders = [_Worker(self.env) for _ in range(self.n_parallel)]
         # Several runner processes per device load (compile) libraries in parallel; the

@@ -13,8 +13,12 @@ TOPI's structure (TVM <= 0.19 batch_matmul.cuda), in TensorIR:
   while the current one is computed (TIR software pipelining, two stages);
 - ``auto_unroll_max_step`` / ``unroll_explicit`` as TOPI (pragma on the outer loop).
 
+- ``kmajor`` = 1 stores both shared tiles K-major ([k][m], [k][n]; a K-contiguous operand is
+  transposed on its way in), so a thread's yi (xi) register values are contiguous and read with
+  16-byte loads instead of strided scalar ones.
+
 Knobs (TOPI names): tile_y = [by, ty, yi], tile_x = [bx, tx, xi], tile_k = [ko, ki],
-auto_unroll_max_step, unroll_explicit; new: vec, offset, double_buffer.
+auto_unroll_max_step, unroll_explicit; new: vec, offset, double_buffer, kmajor.
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ def simt_gemm_compute(wl, A=None, B=None):
 
 
 def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
-                       auto_unroll=64, unroll_explicit=1, double_buffer=0):
+                       auto_unroll=64, unroll_explicit=1, double_buffer=0, kmajor=0):
     _, ty_n, yi_n = tile_y
     _, tx_n, xi_n = tile_x
     ki_n = tile_k[-1]
@@ -72,6 +76,8 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
     # Shared-memory staging of the A and B tiles of one ko step, loaded by all threads.
     for idx in (0, 1):
         sh = sch.cache_read(c, idx, "shared")
+        if kmajor and _k_contiguous(wl, idx):  # store the tile [k][m] / [k][n]
+            sch.transform_layout(sh, ("write", 0), lambda *x: (*x[:-2], x[-1], x[-2]))
         sch.compute_at(sh, ko)
         # Loops of extent 1 vanish at compute_at: fuse whatever is left below ko.
         inner = sch.get_loops(sh)[len(batch_loops) + 5:]  # below [batch], by, bx, ty, tx, ko
@@ -82,10 +88,15 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
         sch.vectorize(f_v)
         if offset:
             sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
-    # Register copies of A and B per ki step.
-    for idx in (0, 1):
+    # Register copies of A and B per ki step; from K-major tiles a thread's yi (xi) values are
+    # contiguous, read with vector loads of up to 16 bytes.
+    for idx, n in ((0, yi_n), (1, xi_n)):
         loc = sch.cache_read(c, idx, "local")
         sch.compute_at(loc, ki)
+        width = _register_vec(n, wl) if kmajor else 1
+        if width > 1:
+            _, v = sch.split(sch.get_loops(loc)[-1], [None, width])
+            sch.vectorize(v)
     sch.annotate(by, "pragma_auto_unroll_max_step", auto_unroll)
     sch.annotate(by, "pragma_unroll_explicit", unroll_explicit)
     if double_buffer:
@@ -95,12 +106,26 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
     sch.decompose_reduction(c, ko)
 
 
+def _k_contiguous(wl, idx):
+    """Whether operand ``idx`` (0 = A, 1 = B) is stored with K innermost."""
+    return not wl.transpose_a if idx == 0 else wl.transpose_b
+
+
+def _register_vec(n, wl):
+    """Elements per vector load of an n-element register tile row (16 bytes at most)."""
+    width = 16 // (2 if wl.dtype == "float16" else 4 if wl.dtype == "float32" else 8)
+    while width > 1 and n % width:
+        width //= 2
+    return width
+
+
 def schedule_from_config(sch, cfg, wl, facts):
     schedule_simt_gemm(
         sch, wl, cfg["tile_y"].size, cfg["tile_x"].size, cfg["tile_k"].size,
         vec=cfg["vec"].val, offset=cfg["offset"].val,
         auto_unroll=cfg["auto_unroll_max_step"].val, unroll_explicit=cfg["unroll_explicit"].val,
-        double_buffer=cfg["double_buffer"].val)
+        double_buffer=cfg["double_buffer"].val,
+        kmajor=cfg["kmajor"].val if "kmajor" in cfg else 0)
 
 
 def fallback_tiles(wl, facts):

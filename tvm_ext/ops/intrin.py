@@ -38,11 +38,13 @@ def load_cuda():
         return mod
 
 
-def register_once(name: str, desc, impl):
-    """Register an intrinsic of our own unless a worker already did."""
+def register_once(name: str, make):
+    """Register an intrinsic of our own, ``make() -> (desc, impl)``, unless this process
+    already did. ``make`` runs only then: building the TVMScript of an intrinsic costs tens of
+    milliseconds, and a tuner instantiates hundreds of configs for their features."""
     from tvm.s_tir import TensorIntrin  # noqa: PLC0415
     if TensorIntrin.get(name, allow_missing=True) is None:
-        TensorIntrin.register(name, desc, impl)
+        TensorIntrin.register(name, *make())
     return name
 
 

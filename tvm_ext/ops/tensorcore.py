@@ -27,6 +27,11 @@ boundaries (wmma's pointer rule), which a 16-wide int8 column offset breaks (the
 cudaErrorMisalignedAddress of a plain schedule); int8 tiles are therefore stored fragment-major in
 shared memory, [k / 16][rows][16], so every fragment starts at a multiple of 256 bytes.
 
+Split-K (``split_k`` of dense_mma): K is cut into slices, each computed by its own blocks (a
+grid dimension) into a global buffer of partial sums, which a second kernel adds and casts. For
+aligned shapes with small grids only (the space's rule); a fused Relax function, whose compute
+is not ours, gets the record's tiles without the split.
+
 Unaligned shapes: M, N, K are padded up to the block tile (``pad_einsum``); the pad is computed
 inside the shared-memory loads (zeros outside the tensor) and the crop inside the write-back, so
 no extra kernel or buffer is needed. Spaces keep the padded flops <= 2x the real ones.
@@ -51,7 +56,7 @@ def _pad(sch, block, wl, tiles):
     tm, tn, tk = tiles
     if wl.M % tm == 0 and wl.N % tn == 0 and wl.K % tk == 0:
         return False
-    nb = 0 if wl.op == "dense" else 1
+    nb = len(sch.get_loops(block)) - 3  # batch (or split-K slice) loops
     sch.pad_einsum(block, [1] * nb + [tm, tn, tk])
     return True
 
@@ -231,9 +236,10 @@ def _inline_consumer(sch, block):
 
 
 def _has_epilogue(sch, block):
-    """Whether the output goes on to blocks other than our crop and cast (a fused epilogue)."""
+    """Whether the output goes on to blocks other than our crop, cast and split-K sum (a
+    fused epilogue)."""
     for c in sch.get_consumers(block):
-        if sch.get(c).name_hint not in ("C_pad", "C_cast") or _has_epilogue(sch, c):
+        if sch.get(c).name_hint not in ("C_pad", "C_cast", "C_sum") or _has_epilogue(sch, c):
             return True
     return False
 
@@ -286,16 +292,46 @@ def mma_acc_dtype(wl):
     return "float32" if wl.dtype == "float16" else wl.out_dtype
 
 
-def _mma_compute(wl):
+def _mma_compute(wl, split_k=1):
     """The plain matmul, accumulated in ``mma_acc_dtype`` and cast to out_dtype if that
-    differs (the cast block "C_cast" is inlined into the write-back)."""
+    differs (the cast block "C_cast" is inlined into the write-back). With ``split_k`` > 1
+    (dense only) the K range is cut in ``split_k`` slices: block "C" computes the partial
+    products P[s, M, N] of each slice (accumulator dtype, a global buffer; the slice is one more
+    grid dimension), and block "C_sum" adds the slices and casts, a second small kernel."""
     from tvm import te  # noqa: PLC0415
     acc = mma_acc_dtype(wl)
+    if split_k > 1:
+        return _split_k_compute(wl, split_k, acc)
     if acc == wl.out_dtype:
         return _plain(wl)
     a, b, c = _plain(wl.with_(out_dtype=acc))
     out = te.compute(c.shape, lambda *i: c(*i).astype(wl.out_dtype), name="C_cast")
     return [a, b, out]
+
+
+def _split_k_compute(wl, split, acc):
+    from tvm import te  # noqa: PLC0415
+    assert wl.op == "dense" and wl.K % split == 0, (wl, split)
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    kc = wl.K // split
+    k = te.reduce_axis((0, kc), name="k")
+
+    def partial(s, i, j):
+        kk = s * kc + k
+        a = A[(kk, i) if wl.transpose_a else (i, kk)]
+        b = B[(j, kk) if wl.transpose_b else (kk, j)]
+        return te.sum(a.astype(acc) * b.astype(acc), axis=k)
+
+    P = te.compute((split, wl.M, wl.N), partial, name="C")
+
+    def total(i, j):
+        v = P[0, i, j]
+        for s in range(1, split):
+            v = v + P[s, i, j]
+        return v.astype(wl.out_dtype)
+
+    return [A, B, te.compute((wl.M, wl.N), total, name="C_sum")]
 
 
 def _mma_names(I, wl, acc, scope, c_scope, a_trans):
@@ -307,9 +343,9 @@ def _mma_names(I, wl, acc, scope, c_scope, a_trans):
     load_a = f"mma_ldmatrix_{ind}_a{ta}{dyn}"
     load_b = f"mma_ldmatrix_{ind}_b{tb}{dyn}"
     if wl.dtype == "int8" and dyn:  # TVM registers the int8 loads for static shared only
-        load_a = intrin.register_once("tvm_ext_" + load_a, *I.get_ldmatrix_intrin(
+        load_a = intrin.register_once("tvm_ext_" + load_a, lambda: I.get_ldmatrix_intrin(
             32, "int8", "A", False, scope))
-        load_b = intrin.register_once("tvm_ext_" + load_b, *I.get_ldmatrix_intrin(
+        load_b = intrin.register_once("tvm_ext_" + load_b, lambda: I.get_ldmatrix_intrin(
             32, "int8", "B", wl.transpose_b, scope))
     compute = f"mma_{ind}{ind}{outd}" + ("_trans_a" if a_trans else "") + \
         ("_trans_b" if wl.transpose_b else "")
@@ -318,20 +354,23 @@ def _mma_names(I, wl, acc, scope, c_scope, a_trans):
     # to global that casts.
     if c_scope == "global" and acc != wl.out_dtype:
         store = intrin.register_once(f"tvm_ext_mma_store_16x16_{outd}_{short[wl.out_dtype]}"
-                                     "_global", *intrin.mma_cast_store(acc, wl.out_dtype))
+                                     "_global", lambda: intrin.mma_cast_store(acc, wl.out_dtype))
     elif c_scope == "global":
         store = f"mma_store_16x16_{outd}_global_"
     else:
         store = intrin.register_once(f"tvm_ext_mma_store_16x16_{outd}_shared",
-                                     *I.get_mma_store_intrin(acc, 8, "shared", True))
+                                     lambda: I.get_mma_store_intrin(acc, 8, "shared", True))
     return load_a, load_b, compute, fill, store
 
 
 def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, vec, raster=1,
-                 stage_c=0, scope="shared.dyn"):
+                 stage_c=0, split_k=1, scope="shared.dyn"):
     I = intrin.load_cuda()
     int8 = wl.dtype == "int8"
     kf = _mma_k(wl)
+    # split_k > 1 is a property of our compute (block "C_sum"); a fused Relax function has
+    # its own compute, and there the config's tiles are applied without the split.
+    split = split_k > 1 and _has_block(sch, "C_sum")
     epilogue = _has_epilogue(sch, sch.get_sblock("C"))  # before blockize hides the consumers
     c, outer, j0, k0, k1, warp, pad = _tile_grid(sch, wl, (brw, bcw, wrt, wct), chunk, kf,
                                                  raster)
@@ -355,7 +394,7 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
     if staged:
         sch.reverse_compute_at(cs, j0)
         _spread(sch, cs, 2, nwarps, 4)  # 16-byte reads of the f32 / int32 tile
-    elif acc != wl.out_dtype:  # the store to global casts
+    elif acc != wl.out_dtype and not split:  # the store to global casts
         _inline_consumer(sch, c_warp)
     a_trans = wl.transpose_a and not int8
     for idx in (0, 1):
@@ -379,7 +418,8 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
     sch.transform_layout(a_warp, ("write", 0), _ldmatrix_map(I, a_rows, a_cols))
     sch.transform_layout(b_warp, ("write", 0), _ldmatrix_map(I, b_rows, b_cols))
     sch.transform_layout(c_warp, ("read", 0), _ldmatrix_map(I, FRAG, FRAG))
-    load_a, load_b, compute, fill, store = _mma_names(I, wl, acc, scope, c_scope, a_trans)
+    load_a, load_b, compute, fill, store = _mma_names(
+        I, wl.with_(out_dtype=acc) if split else wl, acc, scope, c_scope, a_trans)
     sch.tensorize(loop_a, load_a)
     sch.tensorize(loop_b, load_b)
     sch.tensorize(sch.get_loops(c)[-3], compute)
@@ -395,6 +435,26 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
         sch.annotate(k0, "software_pipeline_stage", [0, 0] + [stages - 1] * inner)
         sch.annotate(k0, "software_pipeline_order", list(range(2 + inner)))
         sch.annotate(k0, "software_pipeline_async_stages", [0])
+    if split:
+        _schedule_split_sum(sch, nwarps * 32)
+
+
+def _has_block(sch, name):
+    try:
+        sch.get_sblock(name)
+        return True
+    except Exception:  # noqa: BLE001  (TVM raises its own error for a missing block)
+        return False
+
+
+def _schedule_split_sum(sch, threads):
+    """The split-K sum: one thread per 4 outputs (16-byte reads of each f32 / int32 slice)."""
+    blk = sch.get_sblock("C_sum")
+    fused = sch.fuse(*sch.get_loops(blk))
+    bx, tx, v = sch.split(fused, [None, threads, 4])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(v)
 
 
 def _tile(sch, block, rows, cols):
@@ -410,7 +470,13 @@ def schedule_mma_from_config(sch, cfg, wl, facts):
                  bcw=cfg["block_col_warps"].val, wrt=cfg["warp_row_tiles"].val,
                  wct=cfg["warp_col_tiles"].val, chunk=cfg["chunk"].val,
                  stages=cfg["stages"].val, offset=cfg["offset"].val, vec=cfg["vec"].val,
-                 raster=cfg["raster"].val, stage_c=cfg["stage_c"].val)
+                 raster=cfg["raster"].val, stage_c=cfg["stage_c"].val,
+                 split_k=_split_of(cfg))
+
+
+def _split_of(cfg):
+    """The config's split_k (1 where the space has no such knob: batch_matmul_mma)."""
+    return cfg["split_k"].val if cfg is not None and "split_k" in cfg else 1
 
 
 # ---- templates, fallbacks, strategy ----
@@ -469,6 +535,11 @@ def fallback_tc(space, wl, facts, *, mma):
     if mma:
         cfg.update(stages=3, offset=16 // nbytes, raster=_fallback_raster(wl, facts, tm, tn),
                    stage_c=0)
+        if "split_k" in space.knobs:
+            # Not split: on the H100 no split config beat the best unsplit one of the suite's
+            # small-grid shapes (512 x {16,32,64} x 512, 16 x 4096 x 4096, 1024^3); the second
+            # kernel and the f32 partial sums cost more than the extra blocks gain there.
+            cfg["split_k"] = 1
         if wl.out_dtype == "float16":
             cfg["stage_c"] = _fallback_stage_c(space, cfg)
     else:
@@ -519,7 +590,8 @@ def _register():
             priority=2, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG))
         register_template(Template(
             name=f"{op}_mma.cuda", op=op, target_kind="cuda",
-            compute=lambda wl, cfg: _mma_compute(wl), schedule=schedule_mma_from_config,
+            compute=lambda wl, cfg: _mma_compute(wl, _split_of(cfg)),
+            schedule=schedule_mma_from_config,
             fallback=lambda space, wl, facts: fallback_tc(space, wl, facts, mma=True),
             check=check_tc, dtypes=("float16", "int8"), layouts=("NN", "NT", "TN", "TT"),
             priority=3, prepare=intrin.load_cuda, pass_config=_MMA_PASS_CONFIG))
