@@ -48,38 +48,42 @@ def resolve(timing: str, dev) -> str:
     return "evaluator"
 
 
+def _event_seconds(run: Callable[[], object]) -> float:
+    """Seconds that ``run`` takes on the current stream, between two CUDA events."""
+    import torch  # noqa: PLC0415
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def _calls(launch: Callable[[], object], n: int) -> Callable[[], None]:
+    def run():
+        for _ in range(n):
+            launch()
+    return run
+
+
 def graph_times(launch: Callable[[], object], repeat: int, replay_ms: float = 5.0,
                 max_n: int = 1000) -> List[float]:
     """Seconds per call of ``launch`` (which launches on the FFI / torch current stream),
     ``repeat`` samples, each a replay of a graph of ``n`` calls lasting about ``replay_ms``."""
     import torch  # noqa: PLC0415
     import tvm_ffi  # noqa: PLC0415
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with tvm_ffi.use_torch_stream(torch.cuda.stream(side)):
-        for _ in range(3):  # warm-up: module load, cuBLAS handle and workspace
-            launch()
-        start.record()
-        for _ in range(10):
-            launch()
-        end.record()
-    end.synchronize()
-    eager = start.elapsed_time(end) / 10  # ms; launch overhead makes it an upper bound
+        _calls(launch, 3)()  # warm-up: module load, cuBLAS handle and workspace
+        eager = _event_seconds(_calls(launch, 10)) * 1e3 / 10  # ms; an upper bound
     n = int(min(max(replay_ms / max(eager, 1e-4), 10), max_n))
     graph = torch.cuda.CUDAGraph()
     with tvm_ffi.use_torch_stream(torch.cuda.graph(graph)):
-        for _ in range(n):
-            launch()
+        _calls(launch, n)()
     graph.replay()
     torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeat):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) / 1e3 / n)
+    samples = [_event_seconds(graph.replay) / n for _ in range(repeat)]
     del graph
     return samples
 
@@ -87,21 +91,10 @@ def graph_times(launch: Callable[[], object], repeat: int, replay_ms: float = 5.
 def eager_times(launch: Callable[[], object], repeat: int, number: int = 10) -> List[float]:
     """Seconds per call: ``number`` eager calls between two CUDA events (launch overhead
     included: torch's Python dispatch or TVM's FFI call, whichever ``launch`` is)."""
-    import torch  # noqa: PLC0415
     import tvm_ffi  # noqa: PLC0415
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
     with tvm_ffi.use_torch_stream():
-        for _ in range(3):
-            launch()
-        for _ in range(repeat):
-            start.record()
-            for _ in range(number):
-                launch()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3 / number)
-    return samples
+        _calls(launch, 3)()
+        return [_event_seconds(_calls(launch, number)) / number for _ in range(repeat)]
 
 
 def time_module(mod, dev, args, *, timing: str, number: int, repeat: int,

@@ -109,10 +109,7 @@ def schedule_wmma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, offset, offset_c
     if pad:
         _inline_consumer(sch, cs)
     # 5. fragments
-    a_frag = sch.cache_read(outer, 0, "wmma.matrix_a")
-    b_frag = sch.cache_read(outer, 1, "wmma.matrix_b")
-    sch.compute_at(a_frag, k1)
-    sch.compute_at(b_frag, k1)
+    a_frag, b_frag = _fragments(sch, outer, k1, "wmma.matrix_a", "wmma.matrix_b")
     init = sch.decompose_reduction(outer, k0)
     la, lb, sync, fill, store = _wmma_names(I, wl, scope)
     sch.tensorize(_tile(sch, a_frag, FRAG, FRAG), la)
@@ -190,6 +187,14 @@ def _stage_shared(sch, outer, idx, scope, k0, nwarps, vec, *, layout, align, pad
         sch.storage_align(sh, 0, axis=-2, factor=32, offset=align)
     if pad:
         _inline_producer(sch, sh)
+
+
+def _fragments(sch, outer, k1, scope_a, scope_b):
+    """The A and B register fragments of the tensor-core block, loaded per K step ``k1``."""
+    frags = [sch.cache_read(outer, idx, scope) for idx, scope in ((0, scope_a), (1, scope_b))]
+    for f in frags:
+        sch.compute_at(f, k1)
+    return frags
 
 
 def _spread(sch, block, ndim, nwarps, vec):
@@ -334,7 +339,7 @@ def _split_k_compute(wl, split, acc):
     return [A, B, te.compute((wl.M, wl.N), total, name="C_sum")]
 
 
-def _mma_names(I, wl, acc, scope, c_scope, a_trans):
+def _mma_names(I, wl, acc, store_dtype, scope, c_scope, a_trans):
     short = {"float16": "f16", "float32": "f32", "int8": "i8", "int32": "i32"}
     ind, outd = short[wl.dtype], short[acc]
     dyn = "_dyn" if scope == "shared.dyn" else ""
@@ -352,9 +357,9 @@ def _mma_names(I, wl, acc, scope, c_scope, a_trans):
     fill = f"mma_fill_16x16_{outd}"
     # TVM registers the stores to global; ours for the static shared C tile, and for a store
     # to global that casts.
-    if c_scope == "global" and acc != wl.out_dtype:
-        store = intrin.register_once(f"tvm_ext_mma_store_16x16_{outd}_{short[wl.out_dtype]}"
-                                     "_global", lambda: intrin.mma_cast_store(acc, wl.out_dtype))
+    if c_scope == "global" and acc != store_dtype:
+        store = intrin.register_once(f"tvm_ext_mma_store_16x16_{outd}_{short[store_dtype]}"
+                                     "_global", lambda: intrin.mma_cast_store(acc, store_dtype))
     elif c_scope == "global":
         store = f"mma_store_16x16_{outd}_global_"
     else:
@@ -385,6 +390,9 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
     # allocation, and disabling StorageRewrite breaks the warp-memory lowering.)
     # A fused Relax epilogue is inlined into the write-back by the caller: only the staged
     # write-back is a plain loop nest it can be inlined into.
+    # What the write-back stores: the output dtype (a cast from acc where they differ), or for
+    # split-K the partial sums, in acc.
+    store_dtype = acc if split else wl.out_dtype
     staged = pad or stage_c or epilogue
     c_scope = "shared" if staged else "global"
     if staged:
@@ -394,7 +402,7 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
     if staged:
         sch.reverse_compute_at(cs, j0)
         _spread(sch, cs, 2, nwarps, 4)  # 16-byte reads of the f32 / int32 tile
-    elif acc != wl.out_dtype and not split:  # the store to global casts
+    elif acc != store_dtype:  # the store to global casts
         _inline_consumer(sch, c_warp)
     a_trans = wl.transpose_a and not int8
     for idx in (0, 1):
@@ -404,10 +412,7 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
                       layout=_transpose if transposing else None, align=offset, pad=pad)
     if staged:
         _inline_consumer(sch, cs)
-    a_warp = sch.cache_read(outer, 0, "warp")
-    b_warp = sch.cache_read(outer, 1, "warp")
-    sch.compute_at(a_warp, k1)
-    sch.compute_at(b_warp, k1)
+    a_warp, b_warp = _fragments(sch, outer, k1, "warp", "warp")
     # Fragment tiles in the storage order of each operand.
     a_rows, a_cols = (FRAG, kf) if not a_trans else (kf, FRAG)
     b_rows, b_cols = (FRAG, kf) if wl.transpose_b else (kf, FRAG)
@@ -418,8 +423,8 @@ def schedule_mma(sch, wl, facts, *, brw, bcw, wrt, wct, chunk, stages, offset, v
     sch.transform_layout(a_warp, ("write", 0), _ldmatrix_map(I, a_rows, a_cols))
     sch.transform_layout(b_warp, ("write", 0), _ldmatrix_map(I, b_rows, b_cols))
     sch.transform_layout(c_warp, ("read", 0), _ldmatrix_map(I, FRAG, FRAG))
-    load_a, load_b, compute, fill, store = _mma_names(
-        I, wl.with_(out_dtype=acc) if split else wl, acc, scope, c_scope, a_trans)
+    load_a, load_b, compute, fill, store = _mma_names(I, wl, acc, store_dtype, scope, c_scope,
+                                                      a_trans)
     sch.tensorize(loop_a, load_a)
     sch.tensorize(loop_b, load_b)
     sch.tensorize(sch.get_loops(c)[-3], compute)
