@@ -14,6 +14,27 @@ def test_cpu_suite_quick(tmp_path, capsys):
     assert "ratio" in capsys.readouterr().out
 
 
+def test_tuning_cost_quick(tmp_path, capsys):
+    """--suite tuning-cost on the CPU: XGB from scratch against a log's best records, stopping
+    with the batch that reaches 90% of each record's speed."""
+    log, out = str(tmp_path / "q.json"), tmp_path / "cost.json"
+    assert bench.main(["--suite", "cpu", "--quick", "--tune", "2", "--log", log,
+                       "--repeat", "1"]) == 0
+    assert bench.main(["--suite", "tuning-cost", "--quick", "--log", log, "--trials", "16",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [r["name"] for r in rows] == ["bmm", "dense", "chain_mm1", "chain_mm2"]
+    for r in rows:
+        assert r["shipped_ms"] > 0 and 0 < r["trials"] <= 16 and r["best_ms"] > 0
+        if r["reached_trial"] is not None:
+            assert r["best_ms"] <= r["shipped_ms"] / 0.9
+            assert r["trials"] == min(16, -(-r["reached_trial"] // 8) * 8)  # batches of 8
+        else:
+            assert r["trials"] == 16 and r["best_ms"] > r["shipped_ms"] / 0.9
+    assert "reached at" in capsys.readouterr().out
+    assert bench.main(["--suite", "tuning-cost", "--log", str(tmp_path / "none.json")]) == 2
+
+
 def test_unknown_suite(capsys):
     assert bench.main(["--suite", "tpu"]) == 2
     assert "unknown suite 'tpu'" in capsys.readouterr().err

@@ -36,6 +36,55 @@ def test_codegen_compiles_with_nvcc(arch, template, op, shape):
             assert len(nvcc_cubin(src, target, arch)) > 1000, cfg
 
 
+def _interleaved(wl, iy, ix, **extra):
+    """A K-major 16x16-thread config with an 8x8 register tile, interleaved as asked."""
+    return {"tile_y": [-1, 16, 8], "tile_x": [-1, 16, 8], "tile_k": [-1, 8],
+            "auto_unroll_max_step": 512, "unroll_explicit": 0, "vec": 1, "offset": 4,
+            "double_buffer": 1, "kmajor": 1, "interleave_y": iy, "interleave_x": ix, **extra}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("op,shape,layout", [("dense", (256, 256, 64), "NN"),
+                                             ("batch_matmul", (2, 256, 128, 64), "NT")])
+def test_interleaved_thread_tile_reads_strided_vectors(op, shape, layout):
+    """interleave_y = interleave_x = 2: each thread reads two 4-wide sub-tiles 64 rows (columns)
+    apart from the K-major shared tiles, as float4 (neighbouring threads 16 bytes apart: no
+    bank conflict), and writes its output rows as float4; nvcc compiles it."""
+    target = cuda_target("sm_90")
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, target, template=f"{'batch_matmul' if op != 'dense' else 'dense_large_batch'}"
+                                     ".cuda")
+    cfg = task.config_from_values(_interleaved(wl, 2, 2))
+    assert task.space.is_valid(cfg)
+    src = cuda_source(task, cfg)
+    for operand, thread in (("A", "threadIdx.y"), ("B", "threadIdx.x")):
+        reads = [line for line in src.splitlines()
+                 if f"= *(float4*)({operand}_shared_ptr" in line and thread in line]
+        # A pair per ki step (twice: the pipeline's steady state and its last tile).
+        assert reads and len(reads) % 2 == 0, reads
+        assert all(f"(((int){thread}) * 4)" in r for r in reads), reads
+        assert any(r.endswith("+ 64));") for r in reads), reads
+    assert "*(float4*)(C_ptr" in src
+    assert len(nvcc_cubin(src, target, "sm_90")) > 1000
+
+
+def test_interleave_defaults_to_the_old_kernel():
+    """A record written before the interleave knobs replays with their default, 1 (the kernel
+    it was measured with); the fallback does not interleave."""
+    from tvm_ext.dispatch import _as_space_config
+    from tvm_ext.space import ConfigEntity
+    target = cuda_target("sm_90")
+    task = Task(Workload.create("dense", (256, 256, 64), layout="NN"), target,
+                template="dense_large_batch.cuda")
+    now = task.config_from_values(_interleaved(task.workload, 1, 1))
+    entity = [e for e in now.to_json_dict()["entity"] if not e[0].startswith("interleave")]
+    old = _as_space_config(task, ConfigEntity.from_json_dict({"index": None, "entity": entity}))
+    assert old["interleave_y"].val == old["interleave_x"].val == 1
+    assert cuda_source(task, old) == cuda_source(task, now)
+    fallback = task.fallback_config()
+    assert fallback["interleave_y"].val == fallback["interleave_x"].val == 1
+
+
 def test_strategy_picks_small_batch_for_few_rows():
     from tvm_ext.template import templates_for
     target = cuda_target("sm_90")
@@ -55,19 +104,41 @@ def test_space_prunes_over_the_limits():
     assert task.space.is_valid(task.fallback_config())
 
 
+def _interleaved_variants(task, n, seed):
+    """Up to n valid configs: sampled ones with interleaved thread tiles (both axes, else one).
+    The interleave knobs are the space's last, most significant digits, so the low indices
+    that ``_sample`` draws from never interleave: the variants set them."""
+    out = []
+    for cfg in _sample(task, 4 * n, seed):
+        for il in ((2, 2), (2, 1), (1, 2)):
+            v = task.space.config_from_values(
+                {**cfg.values_dict(), "interleave_y": il[0], "interleave_x": il[1]},
+                fallback=False)
+            if task.space.is_valid(v):
+                out.append(v)
+                break
+        if len(out) == n:
+            break
+    return out
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("template,op,shape", CASES)
+@pytest.mark.parametrize("template,op,shape,interleave",
+                         [(*c, False) for c in CASES] + [(*c, True) for c in CASES[:2]])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
-def test_numerics_on_gpu(template, op, shape, dtype, layout):
+def test_numerics_on_gpu(template, op, shape, interleave, dtype, layout):
+    """Sampled configs of every template, and interleaved ones of the two tiled templates."""
     import tvm
     from tvm_ext.dispatch import Choice, Kernel
     wl = Workload.create(op, shape, dtype, layout=layout)
     task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")),
                 template=template)
-    rng = np.random.default_rng(zlib.crc32(f"{template}{dtype}{layout}".encode()))
+    rng = np.random.default_rng(zlib.crc32(f"{template}{dtype}{layout}{interleave}".encode()))
     a, b = task.random_inputs(rng)
     ref = reference_matmul(wl, a, b)
-    for cfg in _sample(task, 2, 1):
+    configs = _interleaved_variants(task, 3, 2) if interleave else _sample(task, 2, 1)
+    assert configs
+    for cfg in configs:
         kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
         np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))

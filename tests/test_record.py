@@ -118,6 +118,22 @@ def test_gpu_model_records_preferred(tmp_path):
         ["h100", "h200", "a100", "v100"]
 
 
+def test_cpu_records_of_the_same_cpu_ranked_first(tmp_path):
+    """On the CPU the machine is the mcpu: records of the target's own CPU rank first, fastest
+    first, then the others; a target naming no CPU ranks by time alone."""
+    z5, z3 = ('{"kind": "llvm", "keys": ["cpu"], "mcpu": "%s"}' % m for m in ("znver5", "znver3"))
+    log = tmp_path / "cpu.json"
+    record.append(log, [_line(1e-3, 0, target=z5), _line(3e-3, 1, target=z3),
+                        _line(2e-3, 2, target=z3), _line(4e-3, 3, target=z5, error_no=4)])
+    recs = record.load(log)
+    costs = lambda t: [r.result.mean for r in record.ranked_for(recs, WL, t)]  # noqa: E731
+    assert costs({"kind": "llvm", "mcpu": "znver3"}) == [2e-3, 3e-3, 1e-3]
+    assert costs({"kind": "llvm", "mcpu": "znver5"}) == [1e-3, 2e-3, 3e-3]
+    assert costs({"kind": "llvm"}) == [1e-3, 2e-3, 3e-3]
+    assert record.best_for(recs, WL, {"kind": "llvm", "mcpu": "znver3"}).result.mean == 2e-3
+    assert costs({"kind": "cuda", "arch": "sm_90"}) == []
+
+
 def test_tvm019_autotvm_log_loads():
     recs = record.load(os.path.join(DATA, "autotvm_v019_x86.json"))
     assert [r.task_name for r in recs] == ["batch_matmul.x86", "batch_matmul.x86",

@@ -1,4 +1,5 @@
 """CPU templates: numerics for every layout over sampled configs; apply at build time."""
+import json
 import os
 
 import numpy as np
@@ -6,11 +7,15 @@ import pytest
 
 import tvm_ext
 from tvm_ext import record
-from tvm_ext.measure import LocalMeasurer, MeasureErrorNo
+from tvm_ext.measure import LocalMeasurer, MeasureErrorNo, MeasureResult
 from tvm_ext.task import Task, reference_matmul, tolerance
 from tvm_ext.workload import Workload
 
 CASES = [("batch_matmul", (2, 48, 64, 40)), ("dense", (24, 96, 56))]
+# CPU targets by their vector facts, whatever this host is (nothing built for them is run unless
+# the host has those instructions).
+AVX512 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+AVX2 = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
 
 
 @pytest.mark.parametrize("op,shape", CASES)
@@ -88,22 +93,74 @@ def test_apply_history_best_uses_tuned_config_and_reports(tmp_path):
 
 
 def test_old_autotvm_log_applies_by_knob_name():
+    """TVM 0.19 records (skylake-avx512) apply by knob name. Built for an AVX-512 CPU target,
+    so that the dense record's 8x32 register tile (which needs AVX-512's 32 vector registers)
+    applies on any host; the kernels are only run where the host has AVX-512."""
+    from tvm_ext.target import hardware_facts, host_cpu_target
     log = os.path.join(os.path.dirname(__file__), "data", "autotvm_v019_x86.json")
     wl = Workload.create("batch_matmul", (4, 64, 48, 32))
     dense = Workload.create("dense", (16, 64, 32))
     with tvm_ext.apply_history_best(log) as ctx:
-        k = tvm_ext.build(wl, "llvm")
-        kd = tvm_ext.build(dense, "llvm")
+        k = tvm_ext.build(wl, AVX512)
+        kd = tvm_ext.build(dense, AVX512)
     assert k.choice.tuned and k.choice.config["tile_y"].size[-1] == 4
+    # batch_matmul.x86 had no tile_inner in TVM <= 0.19: the register tile's rows were one
+    # block, which the space file's default_expr for tile_inner ([-1, tile_y[-1]]) replays.
+    assert k.choice.config["tile_inner"].size == [-1, 4]
     assert kd.choice.tuned and kd.choice.config["tile_inner"].size[-1] == 4
+    assert len(ctx.report.tuned) == 2
+    if hardware_facts(host_cpu_target())["vector_bits"] < 512:
+        pytest.skip("the host has no AVX-512: the kernels were built, not run")
     rng = np.random.default_rng(2)
     for kern, w in ((k, wl), (kd, dense)):
         a, b = kern.task.random_inputs(rng)
         np.testing.assert_allclose(kern.run(a, b), reference_matmul(w, a, b), *tolerance(w))
-    assert len(ctx.report.tuned) == 2
 
 
 def test_unsupported_dtype_on_cpu():
     from tvm_ext.errors import TemplateError
     with pytest.raises(TemplateError, match="dtype float16"):
         Task(Workload.create("batch_matmul", (1, 16, 16, 16), "float16"), "llvm")
+
+
+
+def _synthetic(task, values, cost):
+    """A log line for ``values`` as if measured at ``cost`` seconds (nothing is run)."""
+    cfg = task.config_from_values(values, fallback=False)
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    return record.encode(task.target_str, task.name, task.workload, cfg,
+                         MeasureResult([cost], 0, 0.1, 1.0))
+
+
+def test_record_that_breaks_the_targets_space_is_skipped(tmp_path):
+    """A register tile tuned on an AVX-512 CPU (32 vector registers) is not applied on an AVX2
+    CPU (16): the next record that fits is, else the fallback, and the report says why. Old
+    records lacking tile_inner replay their tile_y rows (default_expr), which keeps them valid."""
+    from tvm_ext.dispatch import choose
+    wl = Workload.create("batch_matmul", (2, 32, 64, 32))
+    task = Task(wl, AVX512)
+    big = {"tile_y": [-1, 4], "tile_x": [-1, 64], "tile_k": [-1, 4]}  # 4*4+4+1 <= 32; on AVX2 41
+    small = {"tile_y": [-1, 2], "tile_x": [-1, 16], "tile_k": [-1, 4], "tile_inner": [-1, 2]}
+    log = tmp_path / "avx512.json"
+    record.append(log, [_synthetic(task, big, 1e-3), _synthetic(task, small, 2e-3)])
+    with tvm_ext.apply_history_best(str(log)) as ctx:
+        _, on_avx512 = choose(wl, AVX512)
+        _, on_avx2 = choose(wl, AVX2)
+    assert on_avx512.tuned and on_avx512.config["tile_x"].size[-1] == 64
+    assert on_avx2.tuned and on_avx2.config["tile_x"].size[-1] == 16
+    assert len(ctx.report.skipped) == 1 and "vector registers" in ctx.report.skipped[0]
+    assert "1 records skipped" in ctx.report.summary()
+    only_big = tmp_path / "big.json"
+    record.append(only_big, [_synthetic(task, big, 1e-3)])
+    with tvm_ext.apply_history_best(str(only_big)):
+        _, fell_back = choose(wl, AVX2)
+    assert not fell_back.tuned
+    # A record without tile_inner (as TVM <= 0.19 wrote them), tile_y rows of 2.
+    old = json.loads(_synthetic(task, {**small, "tile_y": [-1, 2]}, 1e-3))
+    old["config"]["entity"] = [e for e in old["config"]["entity"]
+                               if e[0] in ("tile_y", "tile_x", "tile_k")]
+    old_log = tmp_path / "old.json"
+    old_log.write_text(json.dumps(old) + "\n")
+    with tvm_ext.apply_history_best(str(old_log)):
+        _, replay = choose(wl, AVX2)
+    assert replay.tuned and replay.config["tile_inner"].size == [-1, 2]

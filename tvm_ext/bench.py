@@ -13,6 +13,12 @@ default, tvm_ext's fallback and tvm_ext under the shipped ``logs/cuda_sm90.json`
 every kernel is timed in CUDA-graph replays (``--timing graph``), so microsecond kernels are
 compared without either side's launch overhead; each tuned row is also re-timed the way the
 tuner timed it and compared with the time in its record (the replay check).
+
+Tuning cost (``--suite tuning-cost``): for each workload of the GPU suite (on a GPU; else the CPU
+suite), the XGB tuner starts from scratch (a fresh log, no transfer) on the template of the
+shipped best record, and stops once a config reaches 90% of that record's speed (cost <= record
+cost / 0.9) or after ``--trials``. It reports the trials and the wall time (from the start of
+tuning, builds included, tuner start-up excluded) that it took.
 """
 from __future__ import annotations
 
@@ -174,6 +180,91 @@ def run_cpu(suite, log: Optional[str], repeat: int) -> List[Row]:
     rows.append(Row(f"chain {w1.M}x{w1.K}.{w1.K}x{w1.N} -> exp -> .{w2.K}x{w2.N}",
                     w1.flop + w2.flop, *ref, *ours, tuned))
     return rows
+
+
+@dataclass
+class CostRow:
+    """Trials and wall time the XGB tuner took from scratch to reach 90% of a shipped record."""
+    name: str
+    template: str
+    shipped_ms: float
+    trials: int
+    wall_s: float
+    best_ms: float
+    reached_trial: Optional[int] = None
+    reached_s: Optional[float] = None
+
+
+class _Reach:
+    """A tune() callback: the trial number and the seconds since ``start`` at which a measured
+    cost first fell to ``goal`` (seconds) or below."""
+
+    def __init__(self, goal: float):
+        self.goal, self.trials, self.start = goal, 0, time.time()
+        self.at = None
+
+    def __call__(self, task, configs, results):
+        for res in results:
+            self.trials += 1
+            if self.at is None and res.ok and res.mean <= self.goal:
+                self.at = (self.trials, time.time() - self.start)
+
+
+def run_tuning_cost(suite, target, log: str, trials: int, seed: int = 0,
+                    fraction: float = 0.9) -> List[CostRow]:
+    """XGB from scratch per workload until ``fraction`` of the shipped best record's speed."""
+    import tempfile  # noqa: PLC0415
+
+    import tvm_ext  # noqa: PLC0415
+    from . import record  # noqa: PLC0415
+    from .dispatch import choose  # noqa: PLC0415
+    from .measure import LocalMeasurer  # noqa: PLC0415
+    from .measure.pool import PoolMeasurer  # noqa: PLC0415
+    from .task import Task  # noqa: PLC0415
+    from .tuner import make_tuner, tune  # noqa: PLC0415
+    cuda = target.kind.name == "cuda"
+    # As `python -m tvm_ext.tune` measures by default: parallel builds and 4 loaders per GPU,
+    # or, on the CPU, in-process (the builds are short and a pool would compete for the cores).
+    measurer = PoolMeasurer(n_parallel=os.cpu_count(), runners_per_device=4) if cuda \
+        else LocalMeasurer()
+    rows = []
+    try:
+        for name, wl in suite.items():
+            with tvm_ext.apply_history_best([log]):
+                _, shipped = choose(wl, target)
+            if not shipped.tuned:
+                print(f"  {name}: no record in {log}: skipped", flush=True)
+                continue
+            task = Task(wl, target, template=shipped.template)
+            tuner = make_tuner("xgb", task.space, seed=seed)
+            tuner.loop_features = task.loop_features
+            goal = shipped.record_cost / fraction
+            with tempfile.TemporaryDirectory() as tmp:
+                reach = _Reach(goal)
+                s = tune(task, tuner, measurer, n_trial=trials, batch_size=16 if cuda else 8,
+                         stop_at_cost=goal,
+                         callbacks=[record.LogWriter(os.path.join(tmp, "scratch.json")), reach])
+            row = CostRow(name, shipped.template, shipped.record_cost * 1e3, s.trials,
+                          s.elapsed, s.best_cost * 1e3, *(reach.at or (None, None)))
+            rows.append(row)
+            print(f"  {name}: {s.trials} trials in {s.elapsed:.0f} s, best {row.best_ms:.4g} ms"
+                  f" vs shipped {row.shipped_ms:.4g} ms: " +
+                  (f"{fraction:.0%} at trial {row.reached_trial} ({row.reached_s:.0f} s)"
+                   if reach.at else f"{fraction:.0%} not reached"), flush=True)
+    finally:
+        if hasattr(measurer, "close"):
+            measurer.close()
+    return rows
+
+
+def print_cost_table(rows: List[CostRow], trials: int):
+    print(f"{'workload':<16} {'template':<24} {'shipped ms':>11} {'best ms':>10} "
+          f"{'trials':>7} {'wall s':>7}  90% of shipped reached at")
+    for r in rows:
+        at = f"trial {r.reached_trial}, {r.reached_s:.0f} s" if r.reached_trial else \
+            f"not within {trials} trials"
+        print(f"{r.name:<16} {r.template:<24} {r.shipped_ms:>11.4g} {r.best_ms:>10.4g} "
+              f"{r.trials:>7} {r.wall_s:>7.0f}  {at}")
 
 
 def _f16(op, shape, layout="NT"):
@@ -443,7 +534,11 @@ def print_table(rows: List[Row], ref_name: str):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0])
     p.add_argument("--suite", default="cpu",
-                   help="cpu (vs numpy), gpu (vs cuBLAS and dlight) or tuners (tuner curves)")
+                   help="cpu (vs numpy), gpu (vs cuBLAS and dlight), tuners (tuner curves) or "
+                        "tuning-cost (XGB from scratch to 90%% of the shipped best: the GPU "
+                        "suite on a GPU, else the CPU suite)")
+    p.add_argument("--trials", type=int, default=64,
+                   help="tuning-cost suite: most trials per workload (default 64)")
     p.add_argument("--log", help="tuned log to apply (default: the shipped logs/llvm_x86.json)")
     p.add_argument("--tune", type=int, default=0, metavar="N",
                    help="tune each workload for N trials into --log first")
@@ -475,9 +570,12 @@ def main(argv=None) -> int:
             run_tuners(args.log or "tvm_ext_logs/space_4x256.json", args.transfer or [],
                        plot=args.plot)
             return 0
-        if args.suite not in ("cpu", "gpu"):
-            raise TvmExtError(f"unknown suite '{args.suite}' (known: cpu, gpu, tuners)")
+        if args.suite not in ("cpu", "gpu", "tuning-cost"):
+            raise TvmExtError(f"unknown suite '{args.suite}' "
+                              "(known: cpu, gpu, tuners, tuning-cost)")
         from .target import default_target, describe, host_cpu_target  # noqa: PLC0415
+        if args.suite == "tuning-cost":
+            return _tuning_cost(args)
         if args.suite == "gpu":
             suite = {k: v for k, v in GPU_SUITE.items() if not args.only or k in args.only}
             log = args.log or str(data_dir("logs") / "cuda_sm90.json")
@@ -509,6 +607,25 @@ def main(argv=None) -> int:
     if args.plot:
         ref = "cuBLAS" if args.suite == "gpu" else "numpy"
         plot_ratios(dicts, args.plot, f"tvm_ext vs {ref} ({args.suite} suite)", ref)
+    return 0
+
+
+def _tuning_cost(args) -> int:
+    from .target import default_target, describe  # noqa: PLC0415
+    target = default_target()  # the visible GPU, else the host CPU
+    cuda = target.kind.name == "cuda"
+    full = GPU_SUITE if cuda else (CPU_QUICK if args.quick else CPU_SUITE)
+    suite = {k: v for k, v in full.items() if not args.only or k in args.only}
+    log = args.log or str(data_dir("logs") / ("cuda_sm90.json" if cuda else "llvm_x86.json"))
+    if not os.path.exists(log):
+        raise TvmExtError(f"log {log} does not exist")
+    rows = run_tuning_cost(suite, target, log, args.trials)
+    print(f"device: {describe(target)}; shipped log: {log}; XGB from scratch, at most "
+          f"{args.trials} trials per workload")
+    print_cost_table(rows, args.trials)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
     return 0
 
 

@@ -19,8 +19,8 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 
 from . import record as rec
-from .space import ConfigEntity, knob_defaults
-from .target import parse_target
+from .space import ConfigEntity
+from .target import describe, parse_target
 from .task import Task
 from .template import all_templates, templates_for
 from .workload import Workload
@@ -43,6 +43,9 @@ class Choice:
 @dataclass
 class ApplyReport:
     choices: List[Choice] = field(default_factory=list)
+    # Records passed over because this target's space rejects their config (e.g. a register
+    # tile tuned for AVX-512's 32 vector registers, on an AVX2 host): one line each.
+    skipped: List[str] = field(default_factory=list)
 
     @property
     def tuned(self) -> List[Choice]:
@@ -53,14 +56,17 @@ class ApplyReport:
         return [c for c in self.choices if not c.tuned]
 
     def summary(self) -> str:
+        skipped = (f"; {len(self.skipped)} records skipped (their configs break this target's "
+                   "space)") if self.skipped else ""
         return (f"tvm_ext: {len(self.tuned)} of {len(self.choices)} kernels used a tuned config, "
-                f"{len(self.fallback)} fell back")
+                f"{len(self.fallback)} fell back{skipped}")
 
     def __str__(self):
         lines = [self.summary()]
         for c in self.choices:
             how = f"tuned ({c.record_cost * 1e3:.4f} ms in log)" if c.tuned else "fallback"
             lines.append(f"  {c.workload}: {c.template} {how}")
+        lines += [f"  skipped: {line}" for line in self.skipped]
         return "\n".join(lines)
 
 
@@ -86,9 +92,10 @@ class ApplyHistoryBest:
         self.report = ApplyReport()
         self._token = None
 
-    def query(self, workload: Workload, target) -> Optional[rec.Record]:
-        """The fastest valid record for this workload whose target applies."""
-        return rec.best_for(self.records, workload, target)
+    def query(self, workload: Workload, target) -> List[rec.Record]:
+        """The valid records for this workload whose target applies, best first (see
+        ``record.ranked_for``: the target's own machine first)."""
+        return rec.ranked_for(self.records, workload, target)
 
     def __enter__(self):
         self._token = _CURRENT.set(self)
@@ -154,12 +161,17 @@ def choose(workload: Workload, target) -> tuple:
     else the fallback config of the highest-priority template."""
     target = parse_target(target)
     ctx = current()
-    best = ctx.query(workload, target) if ctx is not None else None
-    if best is not None:
+    choice = None
+    for best in (ctx.query(workload, target) if ctx is not None else []):
         task = Task(workload, target, template=best.task_name)
         config = _as_space_config(task, best.config)
-        choice = Choice(workload, task.name, config, True, best.result.mean)
-    else:
+        broken = task.space.violations(config)
+        if not broken:  # the target's space accepts it: the kernel the record measured
+            choice = Choice(workload, task.name, config, True, best.result.mean)
+            break
+        ctx.report.skipped.append(f"{workload}: {best.task_name} record tuned on "
+                                  f"{describe(best.target)} breaks {', '.join(broken)}")
+    if choice is None:
         task = Task(workload, target, template=templates_for(workload, target)[0].name)
         choice = Choice(workload, task.name, task.fallback_config(), False)
     if ctx is not None:
@@ -169,19 +181,10 @@ def choose(workload: Workload, target) -> tuple:
 
 def _as_space_config(task: Task, config: ConfigEntity) -> ConfigEntity:
     """A record's config, applied by knob name. Knobs the record lacks (a space widened since)
-    take their "default" in the space file (the behaviour before the knob existed), else the
-    fallback's value; knobs the template no longer has are ignored."""
-    fallback = task.fallback_config()
-    defaults = knob_defaults(task.spec)
-    merged = {}
-    for name in task.space.knobs:
-        if name in config:
-            merged[name] = config[name]
-        elif name in defaults:
-            merged[name] = task.space.entity(name, defaults[name])
-        else:
-            merged[name] = fallback[name]
-    cfg = ConfigEntity(None, merged, config.code_hash)
+    are completed by ``Task.complete`` (the space file's default, or default_expr, else the
+    fallback's value); knobs the template no longer has are ignored."""
+    given = {name: config[name] for name in task.space.knobs if name in config}
+    cfg = ConfigEntity(None, task.complete(given), config.code_hash)
     cfg.index = task.space.index_of(cfg)
     return cfg
 

@@ -25,7 +25,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 from .errors import LogError, TvmExtError
 from .measure.result import MeasureResult
 from .space import ConfigEntity
-from .target import describe, target_matches, target_model
+from .target import describe, target_machine, target_matches
 from .workload import Workload
 
 logger = logging.getLogger("tvm_ext")
@@ -238,14 +238,18 @@ def best_table(records: Sequence[Record], target=None) -> List[str]:
 
 
 def best_for(records: Sequence[Record], workload: Workload, target) -> Optional[Record]:
-    """The fastest valid record of ``workload`` that applies to ``target``; when some were
-    tuned on the target's own GPU model, the fastest of those (a time measured on another GPU
-    does not rank kernels for this one)."""
-    mine = [r for r in records if r.key() == workload.key()]
-    model = target_model(target)
-    if model:
-        same = [r for r in mine if target_model(r.target) == model]
-        best = pick_best(same, target).get(workload.key())
-        if best is not None:
-            return best
-    return pick_best(mine, target).get(workload.key())
+    """The first of ``ranked_for``: the fastest valid record of ``workload`` that applies to
+    ``target``, among those tuned on the target's own machine when there are any."""
+    ranked = ranked_for(records, workload, target)
+    return ranked[0] if ranked else None
+
+
+def ranked_for(records: Sequence[Record], workload: Workload, target) -> List[Record]:
+    """The valid records of ``workload`` that apply to ``target``, best first: those measured
+    on the target's own machine (its GPU model, or its CPU) fastest first, then the others
+    fastest first (a time measured on another machine does not rank kernels for this one)."""
+    machine = target_machine(target)
+    mine = [r for r in records if r.key() == workload.key() and r.result.ok
+            and target_matches(r.target, target)]
+    return sorted(mine, key=lambda r: (machine is None or target_machine(r.target) != machine,
+                                       r.result.mean))

@@ -402,6 +402,11 @@ class ConfigEntity:
     def __contains__(self, name):
         return name in self._entities
 
+    def value(self, name, default):
+        """A ``knob``'s value, or ``default`` where the config lacks that knob (a record written
+        before the knob existed, or a user's space file without it)."""
+        return self._entities[name].val if name in self._entities else default
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._entities)
 
@@ -725,3 +730,10 @@ def build_space(spec: Mapping[str, Any], axes: Mapping[str, int],
 def knob_defaults(spec: Mapping[str, Any]) -> Dict[str, Any]:
     """Values of knobs that a spec leaves out (through ``when``) or marks with a default."""
     return {k["name"]: k["default"] for k in spec["knobs"] if "default" in k}
+
+
+def knob_default_exprs(spec: Mapping[str, Any]) -> Dict[str, str]:
+    """Knobs whose default depends on the config's other knobs: ``"default_expr"`` is an
+    expression over them (as in constraints), e.g. ``"[-1, tile_y[-1]]"`` for a split that
+    did not exist when ``tile_y`` alone set the register tile."""
+    return {k["name"]: k["default_expr"] for k in spec["knobs"] if "default_expr" in k}

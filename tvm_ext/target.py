@@ -181,6 +181,13 @@ def target_model(target) -> Optional[str]:
     return None if model in (None, "unknown") else str(model)
 
 
+def target_machine(target) -> Optional[str]:
+    """The machine a record's time was measured on, as far as its target says: the GPU model
+    for CUDA, the CPU (``mcpu``) for llvm; None where the target does not say."""
+    info = target_info(target)
+    return target_model(target) if info["kind"] == "cuda" else (info["mcpu"] or None)
+
+
 def describe(target) -> str:
     info = target_info(target)
     extra = info["arch"] or info["mcpu"]

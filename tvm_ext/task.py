@@ -3,12 +3,14 @@ and ``instantiate(config)`` -> a scheduled IRModule (``build`` compiles it)."""
 from __future__ import annotations
 
 import functools
-from typing import List, Optional
+from collections import OrderedDict
+from typing import Any, List, Mapping, Optional
 
 import numpy as np
 
 from .errors import TemplateError
-from .space import ConfigEntity, ConfigSpace, build_space, knob_defaults, load_space_spec
+from .space import (ConfigEntity, ConfigSpace, FallbackConfig, build_space, eval_expr,
+                    knob_default_exprs, knob_defaults, load_space_spec)
 from .target import hardware_facts, parse_target, target_str
 from .template import Template, get_template, templates_for
 from .workload import Workload
@@ -60,9 +62,37 @@ class Task:
         return self.space.config_from_values(values, fallback=True)
 
     def config_from_values(self, values, *, fallback=False) -> ConfigEntity:
-        """A config from {knob: value}; knobs not given take the fallback config's values."""
-        base = self.fallback_config().values_dict()
-        return self.space.config_from_values({**base, **values}, fallback=fallback)
+        """A config from {knob: value}: the fallback config with the given values (a knob
+        whose space file has a "default_expr" follows the given knobs, as in ``complete``)."""
+        given = {k: self.space.entity(k, v) for k, v in values.items() if k in self.space.knobs}
+        cfg = (FallbackConfig if fallback else ConfigEntity)(
+            None, self.complete(given, plain_defaults=False))
+        cfg.index = self.space.index_of(cfg)
+        return cfg
+
+    def complete(self, given: Mapping[str, Any], *,
+                 plain_defaults: bool = True) -> "OrderedDict[str, Any]":
+        """An entity for every knob of the space: those ``given`` (entities by name); for the
+        others, the space file's "default" (the behaviour before the knob existed; unless
+        ``plain_defaults`` is False), else its "default_expr" over the other knobs (e.g. a split
+        that repeats tile_y's rows), else the fallback config's value."""
+        defaults = knob_defaults(self.spec) if plain_defaults else {}
+        exprs = knob_default_exprs(self.spec)
+        merged = {}
+        for name in self.space.knobs:
+            if name in given:
+                merged[name] = given[name]
+            elif name in defaults:
+                merged[name] = self.space.entity(name, defaults[name])
+            elif name not in exprs:
+                merged[name] = None  # the fallback's, below
+        if any(v is None for v in merged.values()):
+            fallback = self.fallback_config()
+            merged = {k: fallback[k] if v is None else v for k, v in merged.items()}
+        names = self.space.names_of(ConfigEntity(None, merged))
+        return OrderedDict((name, merged[name] if name in merged else
+                            self.space.entity(name, eval_expr(exprs[name], names)))
+                           for name in self.space.knobs)
 
     def config(self, index: int) -> ConfigEntity:
         return self.space.get(index)

@@ -13,20 +13,16 @@ def _x86_compute(wl, cfg):
     return gemm_x86.packed_gemm_compute(wl, cfg["tile_x"].size[-1])
 
 
-def _knob(cfg, name, default):
-    return cfg[name].val if name in cfg else default
-
-
 def _x86_schedule(sch, cfg, wl, facts):
     yi = cfg["tile_y"].size[-1]
     xi = cfg["tile_x"].size[-1]
-    yt = _knob(cfg, "yt", 1)
+    yt = cfg.value("yt", 1)
     inner = cfg["tile_inner"].size[-1] if "tile_inner" in cfg else yi
     # One parallel task per (batch, column panel, yt row chunk); the rows of a chunk are walked
     # inside the task, so the packed panel is reused by every row tile of the chunk.
     gemm_x86.schedule_packed_gemm(sch, wl, tile_y=[yt, wl.M // yi // yt, yi],
                                   tile_x=[-1, 1, xi], tile_k=cfg["tile_k"].size, inner=inner,
-                                  unroll_k=bool(_knob(cfg, "unroll_k", 1)))
+                                  unroll_k=bool(cfg.value("unroll_k", 1)))
 
 
 def _x86_fallback(space, wl, facts):

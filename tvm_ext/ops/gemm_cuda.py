@@ -16,9 +16,18 @@ TOPI's structure (TVM <= 0.19 batch_matmul.cuda), in TensorIR:
 - ``kmajor`` = 1 stores both shared tiles K-major ([k][m], [k][n]; a K-contiguous operand is
   transposed on its way in), so a thread's yi (xi) register values are contiguous and read with
   16-byte loads instead of strided scalar ones.
+- ``interleave_y`` / ``interleave_x`` = 2 cut a thread's yi x xi tile into 2 sub-tiles along
+  that axis, placed half a block tile apart (CUTLASS's SGEMM thread layout: an 8x8 tile is 2x2
+  sub-tiles of 4x4, 64 rows / columns apart). Neighbouring threads then read neighbouring
+  16-byte words of a K-major shared row, so a warp's LDS.128 has no bank conflict, where a
+  contiguous 8-wide tile puts threads 32 bytes apart (2-way conflicts); the output rows of a
+  thread are written as vectors. The sub-tiles are TIR virtual threads (``vthread``), which
+  InjectVirtualThread unrolls into the thread's code: the shared loads, which do not depend on
+  them, stay single.
 
 Knobs (TOPI names): tile_y = [by, ty, yi], tile_x = [bx, tx, xi], tile_k = [ko, ki],
-auto_unroll_max_step, unroll_explicit; new: vec, offset, double_buffer, kmajor.
+auto_unroll_max_step, unroll_explicit; new: vec, offset, double_buffer, kmajor, interleave_y,
+interleave_x.
 """
 from __future__ import annotations
 
@@ -53,7 +62,8 @@ def simt_gemm_compute(wl, A=None, B=None):
 
 
 def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
-                       auto_unroll=64, unroll_explicit=1, double_buffer=0, kmajor=0):
+                       auto_unroll=64, unroll_explicit=1, double_buffer=0, kmajor=0,
+                       interleave=(1, 1)):
     _, ty_n, yi_n = tile_y
     _, tx_n, xi_n = tile_x
     ki_n = tile_k[-1]
@@ -61,18 +71,39 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
     loops = sch.get_loops(c)
     batch_loops = list(loops[:-3])
     i, j, k = loops[-3:]
-    by, ty, yi = sch.split(i, [None, ty_n, yi_n])
-    bx, tx, xi = sch.split(j, [None, tx_n, xi_n])
+    # [by, (vy,) ty, yi] and [bx, (vx,) tx, xi]: an interleaved axis gets a virtual-thread loop
+    # above the threads, so a thread's sub-tiles lie ty * yi / 2 (tx * xi / 2) apart.
+    outer_y, outer_x = [], []
+    if interleave[0] > 1:
+        by, vy, ty, yi = sch.split(i, [None, interleave[0], ty_n, yi_n // interleave[0]])
+        outer_y = [vy]
+    else:
+        by, ty, yi = sch.split(i, [None, ty_n, yi_n])
+    if interleave[1] > 1:
+        bx, vx, tx, xi = sch.split(j, [None, interleave[1], tx_n, xi_n // interleave[1]])
+        outer_x = [vx]
+    else:
+        bx, tx, xi = sch.split(j, [None, tx_n, xi_n])
     ko, ki = sch.split(k, [None, ki_n])
-    sch.reorder(*batch_loops, by, bx, ty, tx, ko, ki, yi, xi)
+    sch.reorder(*batch_loops, by, bx, *outer_y, *outer_x, ty, tx, ko, ki, yi, xi)
     if batch_loops:
         sch.bind(batch_loops[0], "blockIdx.z")
     sch.bind(by, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
+    for v, tag in ((outer_y, "vthread.y"), (outer_x, "vthread.x")):
+        if v:
+            sch.bind(v[0], tag)
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     acc = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(acc, tx)
+    if outer_y or outer_x:
+        # The sub-tile rows are written with vector stores (a row of xi / 2 contiguous values).
+        width = _register_vec(xi_n // interleave[1], wl, wl.out_dtype)
+        if width > 1:
+            _, v = sch.split(sch.get_loops(acc)[-1], [None, width])
+            sch.vectorize(v)
+    n_above = len(batch_loops) + 5 + len(outer_y) + len(outer_x)  # loops down to ko
     # Shared-memory staging of the A and B tiles of one ko step, loaded by all threads.
     for idx in (0, 1):
         sh = sch.cache_read(c, idx, "shared")
@@ -80,7 +111,7 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
             sch.transform_layout(sh, ("write", 0), lambda *x: (*x[:-2], x[-1], x[-2]))
         sch.compute_at(sh, ko)
         # Loops of extent 1 vanish at compute_at: fuse whatever is left below ko.
-        inner = sch.get_loops(sh)[len(batch_loops) + 5:]  # below [batch], by, bx, ty, tx, ko
+        inner = sch.get_loops(sh)[n_above:]  # below [batch], by, bx, [vy, vx,] ty, tx, ko
         fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
         _, f_ty, f_tx, f_v = sch.split(fused, [None, ty_n, tx_n, vec])
         sch.bind(f_ty, "threadIdx.y")
@@ -93,7 +124,7 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
     for idx, n in ((0, yi_n), (1, xi_n)):
         loc = sch.cache_read(c, idx, "local")
         sch.compute_at(loc, ki)
-        width = _register_vec(n, wl) if kmajor else 1
+        width = _register_vec(n // interleave[idx], wl) if kmajor else 1
         if width > 1:
             _, v = sch.split(sch.get_loops(loc)[-1], [None, width])
             sch.vectorize(v)
@@ -111,9 +142,11 @@ def _k_contiguous(wl, idx):
     return not wl.transpose_a if idx == 0 else wl.transpose_b
 
 
-def _register_vec(n, wl):
-    """Elements per vector load of an n-element register tile row (16 bytes at most)."""
-    width = 16 // (2 if wl.dtype == "float16" else 4 if wl.dtype == "float32" else 8)
+def _register_vec(n, wl, dtype=None):
+    """Elements of ``dtype`` (default: the inputs') per vector access of an n-element register
+    tile row (16 bytes at most)."""
+    dtype = dtype or wl.dtype
+    width = 16 // (2 if dtype == "float16" else 4 if dtype == "float32" else 8)
     while width > 1 and n % width:
         width //= 2
     return width
@@ -125,7 +158,8 @@ def schedule_from_config(sch, cfg, wl, facts):
         vec=cfg["vec"].val, offset=cfg["offset"].val,
         auto_unroll=cfg["auto_unroll_max_step"].val, unroll_explicit=cfg["unroll_explicit"].val,
         double_buffer=cfg["double_buffer"].val,
-        kmajor=cfg["kmajor"].val if "kmajor" in cfg else 0)
+        kmajor=cfg.value("kmajor", 0),
+        interleave=(cfg.value("interleave_y", 1), cfg.value("interleave_x", 1)))
 
 
 def fallback_tiles(wl, facts):

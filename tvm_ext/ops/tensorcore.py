@@ -481,7 +481,7 @@ def schedule_mma_from_config(sch, cfg, wl, facts):
 
 def _split_of(cfg):
     """The config's split_k (1 where the space has no such knob: batch_matmul_mma)."""
-    return cfg["split_k"].val if cfg is not None and "split_k" in cfg else 1
+    return cfg.value("split_k", 1) if cfg is not None else 1
 
 
 # ---- templates, fallbacks, strategy ----

@@ -96,11 +96,12 @@ class TuneSummary:
 
 
 def tune(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8,
-         early_stopping: Optional[int] = None,
+         early_stopping: Optional[int] = None, stop_at_cost: Optional[float] = None,
          callbacks: Sequence[Callable] = ()) -> TuneSummary:
-    """Ask, measure, tell until ``n_trial`` configs are measured, the space is exhausted, or
-    ``early_stopping`` trials pass without a better config. Each callback is called as
-    ``cb(task, configs, results)`` after every batch (log writer, progress line)."""
+    """Ask, measure, tell until ``n_trial`` configs are measured, the space is exhausted,
+    ``early_stopping`` trials pass without a better config, or (``stop_at_cost``, seconds) a
+    config at least that fast is found. Each callback is called as ``cb(task, configs, results)``
+    after every batch (log writer, progress line)."""
     summary = TuneSummary()
     start = time.time()
     last_improvement = 0
@@ -126,6 +127,8 @@ def tune(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8,
         if early_stopping and summary.trials - last_improvement >= early_stopping:
             logger.info("tvm_ext: early stop after %d trials without improvement",
                         early_stopping)
+            break
+        if stop_at_cost is not None and summary.best_cost <= stop_at_cost:
             break
     summary.elapsed = time.time() - start
     return summary
