@@ -71,19 +71,8 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
     loops = sch.get_loops(c)
     batch_loops = list(loops[:-3])
     i, j, k = loops[-3:]
-    # [by, (vy,) ty, yi] and [bx, (vx,) tx, xi]: an interleaved axis gets a virtual-thread loop
-    # above the threads, so a thread's sub-tiles lie ty * yi / 2 (tx * xi / 2) apart.
-    outer_y, outer_x = [], []
-    if interleave[0] > 1:
-        by, vy, ty, yi = sch.split(i, [None, interleave[0], ty_n, yi_n // interleave[0]])
-        outer_y = [vy]
-    else:
-        by, ty, yi = sch.split(i, [None, ty_n, yi_n])
-    if interleave[1] > 1:
-        bx, vx, tx, xi = sch.split(j, [None, interleave[1], tx_n, xi_n // interleave[1]])
-        outer_x = [vx]
-    else:
-        bx, tx, xi = sch.split(j, [None, tx_n, xi_n])
+    by, outer_y, ty, yi = _thread_split(sch, i, ty_n, yi_n, interleave[0])
+    bx, outer_x, tx, xi = _thread_split(sch, j, tx_n, xi_n, interleave[1])
     ko, ki = sch.split(k, [None, ki_n])
     sch.reorder(*batch_loops, by, bx, *outer_y, *outer_x, ty, tx, ko, ki, yi, xi)
     if batch_loops:
@@ -135,6 +124,17 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
         sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
     sch.decompose_reduction(c, ko)
+
+
+def _thread_split(sch, loop, threads, per_thread, interleave):
+    """(block, [vthread], thread, register) loops of one output axis. An interleaved axis gets a
+    virtual-thread loop above the threads, so a thread's sub-tiles lie threads * per_thread /
+    interleave apart; otherwise the list is empty."""
+    if interleave > 1:
+        b, v, t, r = sch.split(loop, [None, interleave, threads, per_thread // interleave])
+        return b, [v], t, r
+    b, t, r = sch.split(loop, [None, threads, per_thread])
+    return b, [], t, r
 
 
 def _k_contiguous(wl, idx):
