@@ -156,14 +156,17 @@ class Kernel:
         return float(np.median(timer(*args).results))
 
 
-def choose(workload: Workload, target) -> tuple:
+def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     """(Task, Choice) for a workload: the best applicable record of the current context,
-    else the fallback config of the highest-priority template."""
+    else the fallback config of the highest-priority template. ``schedulable``: only templates
+    with a TensorIR schedule (a Relax function with a fused epilogue needs one)."""
     target = parse_target(target)
     ctx = current()
     choice = None
     for best in (ctx.query(workload, target) if ctx is not None else []):
         task = Task(workload, target, template=best.task_name)
+        if schedulable and not task.template.schedulable:
+            continue
         config = _as_space_config(task, best.config)
         broken = task.space.violations(config)
         if not broken:  # the target's space accepts it: the kernel the record measured
@@ -172,7 +175,8 @@ def choose(workload: Workload, target) -> tuple:
         ctx.report.skipped.append(f"{workload}: {best.task_name} record tuned on "
                                   f"{describe(best.target)} breaks {', '.join(broken)}")
     if choice is None:
-        task = Task(workload, target, template=templates_for(workload, target)[0].name)
+        task = Task(workload, target,
+                    template=templates_for(workload, target, schedulable=schedulable)[0].name)
         choice = Choice(workload, task.name, task.fallback_config(), False)
     if ctx is not None:
         ctx.report.choices.append(choice)

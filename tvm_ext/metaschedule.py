@@ -23,6 +23,7 @@ from typing import List, Optional
 
 import tvm
 
+from .errors import TemplateError
 from .measure.result import MeasureResult
 from .record import Record, pick_best
 from .space import ConfigEntity
@@ -73,6 +74,9 @@ def _first_valid(task: Task, index: int) -> int:
 
 def design_space(task: Task):
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+    if not task.template.schedulable:
+        raise TemplateError(f"{task.name} writes its kernel itself: it has no schedule for "
+                            "MetaSchedule's design space")
     def space(sch):
         _apply(sch, task)  # returns None: MetaSchedule keeps sch
 
@@ -108,6 +112,8 @@ def export_records(records: List[Record], work_dir: str, target) -> int:
     count = 0
     for rec in pick_best(records, target).values():
         task = Task(rec.workload, target, template=rec.task_name)
+        if not task.template.schedulable:
+            continue  # a kernel template (wgmma): no schedule trace for MetaSchedule to hold
         index = task.space.index_of(rec.config)
         if index is None:
             continue  # a config from another version of the space: no decisions to give
@@ -133,7 +139,7 @@ def import_records(db, target) -> List[Record]:
                      if inst.kind.name == "SampleCategorical"]
         if wl is None or not rec.run_secs:
             continue
-        for template in templates_for(wl, target):
+        for template in templates_for(wl, target, schedulable=True):
             task = Task(wl, target, template=template.name)
             if len(decisions) == len(task.space.knobs) and \
                     all(0 <= d < r for d, r in zip(decisions, task.space.radix)):

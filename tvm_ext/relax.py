@@ -214,7 +214,7 @@ class ApplyTunedKernels:
                     continue
                 wl = fused[0]
             try:
-                task, choice = choose(wl, self.target)
+                task, choice = choose(wl, self.target, schedulable=fused is not None)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
             if fused is None:

@@ -105,6 +105,9 @@ class Task:
         if self.template.prepare is not None:
             self.template.prepare()
         try:
+            if self.template.kernel is not None:
+                func = self.template.kernel(self.workload, config, self.facts, self.target)
+                return tvm.IRModule({"main": func})
             tensors = self.template.compute(self.workload, config)
             func = te.create_prim_func(tensors)
             sch = s_tir.Schedule(tvm.IRModule({"main": func}))

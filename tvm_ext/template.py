@@ -10,6 +10,10 @@ A template is a TOPI-style pair for one op on one kind of target:
 - ``fallback(space, workload, facts)`` gives the knob values to use without a tuned record,
 - ``check(workload, facts)`` returns None when the template applies, else the reason it does not.
 
+A template may instead write its kernel itself: ``kernel(workload, cfg, facts, target)`` returns
+the PrimFunc (the wgmma templates, whose instruction TVM's schedules cannot reach). Such a
+template has no schedule for Relax's fused epilogues or MetaSchedule (``schedulable`` is False).
+
 ``templates_for(workload, target)`` is the strategy: every template that applies, best first.
 """
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .errors import TemplateError
 
 _REGISTRY: Dict[str, "Template"] = {}
-_OP_MODULES = ("tvm_ext.ops.batch_matmul", "tvm_ext.ops.dense", "tvm_ext.ops.tensorcore")
+_OP_MODULES = ("tvm_ext.ops.batch_matmul", "tvm_ext.ops.dense", "tvm_ext.ops.tensorcore",
+               "tvm_ext.ops.wgmma")
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,13 @@ class Template:
     # PassContext options the template's kernels must be compiled with.
     pass_config: Dict[str, Any] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)
+    # kernel(workload, cfg, facts, target) -> PrimFunc, for templates that write the kernel
+    kernel: Optional[Callable] = None
+
+    @property
+    def schedulable(self) -> bool:
+        """Whether ``schedule`` works on a TensorIR matmul (not so for kernel templates)."""
+        return self.kernel is None
 
     def why_not(self, workload, facts) -> Optional[str]:
         if workload.op != self.op:
@@ -83,9 +95,9 @@ def all_templates() -> List[Template]:
     return sorted(_REGISTRY.values(), key=lambda t: t.name)
 
 
-def templates_for(workload, target, facts=None) -> List[Template]:
-    """Templates that apply to a workload on a target, highest priority first; a one-line error
-    naming why none does."""
+def templates_for(workload, target, facts=None, *, schedulable=False) -> List[Template]:
+    """Templates that apply to a workload on a target, highest priority first (only those with
+    a schedule if ``schedulable``); a one-line error naming why none does."""
     from .target import hardware_facts, target_info  # noqa: PLC0415
 
     _load_ops()
@@ -93,7 +105,7 @@ def templates_for(workload, target, facts=None) -> List[Template]:
     facts = facts or hardware_facts(target, workload.dtype)
     found, reasons = [], []
     for t in _REGISTRY.values():
-        if t.op != workload.op or t.target_kind != kind:
+        if t.op != workload.op or t.target_kind != kind or schedulable and not t.schedulable:
             continue
         why = t.why_not(workload, facts)
         if why is None:
