@@ -16,14 +16,18 @@ from tvm_ext import record
 
 DENSE = Workload.create("dense", (256, 512, 256), "float16", "float16", layout="NT")
 BMM = Workload.create("batch_matmul", (2, 128, 256, 128), "float16", "float32", layout="NT")
+DENSE_TN = Workload.create("dense", (256, 512, 256), "float16", "float16", layout="TN")
 
 
 def test_strategy_offers_wgmma_first_on_sm90_for_nt_f16():
     sm90 = cuda_target("sm_90")
     assert templates_for(DENSE, sm90)[0].name == "dense_wgmma.cuda"
     assert templates_for(BMM, sm90)[0].name == "batch_matmul_wgmma.cuda"
-    nn = Workload.create("dense", (256, 512, 256), "float16", "float16", layout="NN")
-    assert templates_for(nn, sm90)[0].name == "dense_mma.cuda"
+    for layout in ("NN", "TN", "TT"):  # MN-major operands: wgmma's transpose flags
+        wl = Workload.create("dense", (256, 512, 256), "float16", "float16", layout=layout)
+        assert templates_for(wl, sm90)[0].name == "dense_wgmma.cuda"
+    int8 = Workload.create("dense", (256, 512, 256), "int8", layout="NT")
+    assert templates_for(int8, sm90)[0].name == "dense_mma.cuda"
     assert templates_for(DENSE, cuda_target("sm_80"))[0].name == "dense_mma.cuda"
     odd = Workload.create("dense", (100, 512, 256), "float16", "float16", layout="NT")
     assert templates_for(odd, sm90)[0].name == "dense_mma.cuda"
@@ -43,7 +47,7 @@ def test_fallback_tiles_follow_the_grid():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("wl", [DENSE, BMM], ids=["dense_f16", "bmm_f32out"])
+@pytest.mark.parametrize("wl", [DENSE, BMM, DENSE_TN], ids=["dense_f16", "bmm_f32out", "TN"])
 def test_codegen_compiles_for_sm90a(wl):
     """The kernel carries an sm_90a target (the module's target is sm_90), issues the
     m64n{block_n}k16 wgmma from 128-byte-swizzled descriptors, and nvcc compiles it."""
@@ -55,6 +59,8 @@ def test_codegen_compiles_for_sm90a(wl):
         src = cuda_source(task, cfg)
         bn = cfg["block_n"].val
         assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16" in src, cfg
+        trans = f"1, 1, {int(wl.transpose_a)}, {int(not wl.transpose_b)}; }}"  # MN-major flags
+        assert trans in src, cfg
         assert "cp.async.cg.shared.global" in src and "wgmma.wait_group" in src
         assert "ptx_wgmma_encode_matrix_descriptor(da_ptr" in src
         assert len(nvcc_cubin(src, target, "sm_90a")) > 1000, cfg
@@ -85,7 +91,8 @@ def test_metaschedule_refuses_a_kernel_template():
 @pytest.mark.gpu
 def test_wgmma_numerics_on_gpu():
     """The fallback and 4 sampled configs each of f16 -> f16 and f16 -> f32 dense and batched
-    GEMMs, checked against numpy by the pool measurer (on an sm_90 GPU)."""
+    GEMMs in the 4 layouts (K-major and MN-major operands), checked against numpy by the pool
+    measurer (on an sm_90 GPU)."""
     import tvm
     from tvm_ext.measure.pool import PoolMeasurer
     if tvm.cuda(0).compute_version != "9.0":
@@ -93,9 +100,10 @@ def test_wgmma_numerics_on_gpu():
     target = cuda_target("sm_90")
     failures, n = [], 0
     cases = [DENSE, BMM, Workload.create("dense", (512, 256, 512), "float16", "float32",
-                                         layout="NT"),
+                                         layout="NN"),
              Workload.create("batch_matmul", (3, 256, 128, 256), "float16", "float16",
-                             layout="NT")]
+                             layout="TN"),
+             Workload.create("dense", (256, 512, 384), "float16", "float16", layout="TT")]
     with PoolMeasurer(n_parallel=8, number=1, repeat=1, build_timeout=180) as measurer:
         for seed, wl in enumerate(cases):
             task = Task(wl, target)
@@ -104,5 +112,5 @@ def test_wgmma_numerics_on_gpu():
                 n += 1
                 if not res.ok:
                     failures.append(f"{wl} {cfg}: error {res.error_no} {res.error_msg}")
-    assert n == 20
+    assert n == 25
     assert not failures, "\n".join(failures)

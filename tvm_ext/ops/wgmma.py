@@ -20,7 +20,11 @@ kernel itself in TensorIR, from the knobs, in the structure of CUTLASS's sm90 mu
   contiguous bytes each), and the XOR spreads a row's chunks over all banks. (The plain,
   unswizzled core-matrix layout measured 2.5-3.5x slower on the H100: L2-bound at 96%.)
   The K step inside a 128-byte row moves the descriptor's start address by 32 bytes, and the
-  hardware applies the swizzle to the address, as CUTLASS does;
+  hardware applies the swizzle to the address, as CUTLASS does. An operand stored with K
+  outermost (A of TN / TT, B of NN / TN) is MN-major: its tile is [rows / 64][block_k][64],
+  each k-row of 64 M or N elements swizzled the same way, 64-row atoms ``block_k * 128``
+  bytes apart (the leading offset) and 8-k-row groups 1024 bytes apart (the stride offset),
+  and wgmma reads it with its transpose flag;
 - ``wgmma_wait`` is how many wgmma batches stay in flight while the next K tile is waited for
   (0: each tile's MMAs finish before the next tile; 1: one batch overlaps, which costs one
   stage of prefetch distance: tile ``ko + stages - 1 - wgmma_wait`` is loaded at step ``ko``);
@@ -38,9 +42,9 @@ PTX's wgmma needs the arch-specific target ``sm_90a``. A kernel of this template
 task's target, with arch sm_90a, as its own ``target`` attribute, so it builds in a module
 for sm_90 too, and CUDA compiles it for sm_90a.
 
-Scope: NT (A [M, K], B [N, K], both K-major: what wgmma reads without transposition), f16
-inputs, f16 or f32 output, M, N and K multiples of the block tile (the space's rule; ``check``
-asks for multiples of 64). Other workloads keep the mma.sync template.
+Scope: the 4 layouts, f16 inputs, f16 or f32 output, M, N and K multiples of the block tile
+(the space's rule; ``check`` asks for multiples of 64). Other workloads (int8, unaligned
+shapes, other GPUs) keep the mma.sync template.
 """
 from __future__ import annotations
 
@@ -50,6 +54,13 @@ from .tensorcore import _fallback_raster
 
 #: The 128-byte swizzle: one shared row holds 64 f16 of K; 8 rows make a 1024-byte atom.
 ROW_K = 64
+
+
+def descriptor_offsets(kmajor, block_k):
+    """(leading, stride) byte offsets of a 128-byte-swizzled operand's descriptor, in 16-byte
+    units. K-major: 8-row groups 1024 bytes apart; the leading offset is unused (1). MN-major:
+    64-row atoms ``block_k * 128`` bytes apart (leading), 8-k-row groups 1024 bytes (stride)."""
+    return (1, 1024 // 16) if kmajor else (block_k * 128 // 16, 1024 // 16)
 
 
 def check_wgmma(wl, facts) -> Optional[str]:
@@ -89,24 +100,42 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
     out_vec = 16 // (2 if out == "float16" else 4)
     c_pad = out_vec  # 16 bytes a row: the 8 rows a warp writes start 4 banks apart
     staged = bool(stage_c)
+    trans_a, trans_b = int(wl.transpose_a), int(not wl.transpose_b)  # wgmma's: 1 = MN-major
     mma = getattr(T.ptx.wgmma.mma_async.sync.aligned, f"m64n{BN}k16").f32.f16.f16
     lead = (batch,) if wl.op == "batch_matmul" else ()
-    a_shape, b_shape, c_shape = lead + (M, K), lead + (N, K), lead + (M, N)
+    a_shape = lead + ((K, M) if wl.transpose_a else (M, K))
+    b_shape = lead + ((N, K) if wl.transpose_b else (K, N))
+    c_shape = lead + (M, N)
 
     def bidx(b, *idx):
         return (b,) + idx if lead else idx
 
-    def chunk(q, R):
-        """(row, k, element offset in the tile) of the 16-byte chunk q of an R-row tile, in
-        copy order: [BK / 64][R][64] with the chunks of row r permuted by XOR with r % 8."""
-        c, r, kb = q % 8, q // 8 % R, q // (8 * R)
-        return r, kb * ROW_K + c * 8, (kb * R + r) * ROW_K + tirx.bitwise_xor(c, r % 8) * 8
+    def chunk(q, R, kmajor):
+        """(row, k, element offset in the tile) of the 16-byte chunk q of an operand tile of R
+        rows (M or N) in copy order. K-major ([rows][K] in memory): [BK / 64][R][64], the 8
+        chunks of row r permuted by XOR with r % 8. MN-major ([K][rows] in memory):
+        [R / 64][BK][64], the 8 chunks of k-row k permuted by XOR with k % 8."""
+        if kmajor:
+            c, r, kb = q % 8, q // 8 % R, q // (8 * R)
+            return r, kb * ROW_K + c * 8, (kb * R + r) * ROW_K + tirx.bitwise_xor(c, r % 8) * 8
+        c, k, rb = q % 8, q // 8 % BK, q // (8 * BK)
+        return rb * ROW_K + c * 8, k, (rb * BK + k) * ROW_K + tirx.bitwise_xor(c, k % 8) * 8
 
-    def desc_offset(slot, R, r0, kk):
-        """Descriptor start of K step kk (16 deep) of rows r0.. of ring slot ``slot``, in
-        16-byte units from the operand's slot 0: the [rows][64] tile holding the step, then
-        32 bytes per step inside its 128-byte rows."""
-        return (slot * R * BK + (kk * 16 // ROW_K * R + r0) * ROW_K) // 8 + kk % 4 * 2
+    def desc_offset(slot, R, r0, kk, kmajor):
+        """Descriptor start of K step kk (16 deep) of rows r0.. (a multiple of 64) of ring slot
+        ``slot``, in 16-byte units from the operand's slot 0. K-major: the [rows][64] tile
+        holding the step, then 32 bytes per step inside its 128-byte rows. MN-major: the
+        [BK][64] tile of rows r0.., then 16 k-rows (2048 bytes) per step."""
+        if kmajor:
+            return (slot * R * BK + (kk * 16 // ROW_K * R + r0) * ROW_K) // 8 + kk % 4 * 2
+        return (slot * R * BK + r0 * BK) // 8 + kk * 16 * ROW_K // 8
+
+    a_km, b_km = not wl.transpose_a, wl.transpose_b  # K-major: A [M, K], B [N, K]
+    lbo_a, sbo_a = descriptor_offsets(a_km, BK)
+    lbo_b, sbo_b = descriptor_offsets(b_km, BK)
+
+    def gidx(b, kmajor, r, k):  # the global index of (row, k) of an operand
+        return bidx(b, r, k) if kmajor else bidx(b, k, r)
 
     attrs = {"global_symbol": "main", "tirx.noalias": True}
     if target is not None:
@@ -116,15 +145,15 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
     def load(smem, A, B, bz, bm, bn, tx, slot, kt):
         # K tile kt of A and B -> ring slot `slot`, one 16-byte cp.async per chunk and thread
         for c in T.unroll(chunks_a // threads):
-            r, k, off = T.meta_var(chunk(c * threads + tx, BM))
+            r, k, off = T.meta_var(chunk(c * threads + tx, BM, a_km))
             T.ptx["cp.async.cg.shared.global"](
                 T.address_of(smem[slot * a_elems + off]),
-                T.address_of(A[bidx(bz, bm * BM + r, kt * BK + k)]), 16)
+                T.address_of(A[gidx(bz, a_km, bm * BM + r, kt * BK + k)]), 16)
         for c in T.unroll(chunks_b // threads):
-            r, k, off = T.meta_var(chunk(c * threads + tx, BN))
+            r, k, off = T.meta_var(chunk(c * threads + tx, BN, b_km))
             T.ptx["cp.async.cg.shared.global"](
                 T.address_of(smem[S * a_elems + slot * b_elems + off]),
-                T.address_of(B[bidx(bz, bn * BN + r, kt * BK + k)]), 16)
+                T.address_of(B[gidx(bz, b_km, bn * BN + r, kt * BK + k)]), 16)
 
     @T.prim_func
     def kernel(A: T.Buffer(a_shape, "float16"), B: T.Buffer(b_shape, "float16"),
@@ -148,9 +177,10 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
         for i in T.unroll(n_acc):
             acc[i] = T.float32(0)
 
-        # 128-byte swizzle (3), 8-row groups 1024 bytes apart, leading offset unused (1)
-        T.cuda.wgmma.encode_matrix_descriptor(da.data, T.address_of(smem[0]), 1, 64, 3)
-        T.cuda.wgmma.encode_matrix_descriptor(db.data, T.address_of(smem[S * a_elems]), 1, 64, 3)
+        # 128-byte swizzle (3)
+        T.cuda.wgmma.encode_matrix_descriptor(da.data, T.address_of(smem[0]), lbo_a, sbo_a, 3)
+        T.cuda.wgmma.encode_matrix_descriptor(db.data, T.address_of(smem[S * a_elems]),
+                                              lbo_b, sbo_b, 3)
         # prologue: tiles 0 .. dist-1 (one commit group each)
         for p in T.unroll(dist):
             if p < KT:
@@ -166,9 +196,9 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             T.ptx.wgmma.fence.sync.aligned()
             for kk in T.unroll(BK // 16):
                 mma(*[acc[i] for i in range(n_acc)],
-                    da[0] + T.uint64(desc_offset(ko % S, BM, wg * 64, kk)),
-                    db[0] + T.uint64(desc_offset(ko % S, BN, 0, kk)),
-                    T.bool(True), 1, 1, 0, 0)
+                    da[0] + T.uint64(desc_offset(ko % S, BM, wg * 64, kk, a_km)),
+                    db[0] + T.uint64(desc_offset(ko % S, BN, 0, kk, b_km)),
+                    T.bool(True), 1, 1, trans_a, trans_b)
             T.ptx.wgmma.commit_group.sync.aligned()
             T.ptx.wgmma.wait_group.sync.aligned(wgmma_wait)
         T.ptx.wgmma.wait_group.sync.aligned(0)
@@ -235,7 +265,7 @@ def _register():
             name=f"{op}_wgmma.cuda", op=op, target_kind="cuda",
             compute=lambda wl, cfg: _plain(wl), schedule=schedule_unused,
             kernel=kernel_from_config, fallback=fallback_wgmma, check=check_wgmma,
-            dtypes=("float16",), layouts=("NT",), priority=4))
+            dtypes=("float16",), layouts=("NN", "NT", "TN", "TT"), priority=4))
 
 
 _register()
