@@ -44,6 +44,12 @@ def test_fallback_tiles_follow_the_grid():
     mid = Task(Workload.create("dense", (1024, 1024, 1024), "float16", "float16", layout="NT"),
                sm90).fallback_config()
     assert (mid["warpgroups"].val, mid["block_n"].val) == (1, 128)
+    for shape in ((768, 8192, 512), (64, 64, 64), (192, 320, 128), (4096, 1024, 4096)):
+        task = Task(Workload.create("dense", shape, "float16", "float32", layout="TN"), sm90)
+        fb = task.fallback_config()
+        assert task.space.is_valid(fb), (shape, task.space.violations(fb))
+    assert Task(Workload.create("dense", (768, 8192, 512), "float16", layout="NT"),
+                sm90).fallback_config()["raster"].val == 2  # 6 M tiles: groups of 2
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
