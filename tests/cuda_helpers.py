@@ -20,3 +20,18 @@ def nvcc_cubin(src, target, arch):
     from tvm.support import nvcc
     with target:
         return nvcc.compile_cuda(src, target_format="cubin", arch=arch, compiler="nvcc")
+
+
+def pool_failures(cases):
+    """Build and run each (task, configs) case in one pool measurer, which checks every output
+    against numpy; returns (configs measured, one line per failed config)."""
+    from tvm_ext.measure.pool import PoolMeasurer
+    failures, n = [], 0
+    with PoolMeasurer(n_parallel=8, number=1, repeat=1, build_timeout=180) as measurer:
+        for task, configs in cases:
+            for cfg, res in zip(configs, measurer.measure(task, configs)):
+                n += 1
+                if not res.ok:
+                    failures.append(f"{task.workload} {cfg}: error {res.error_no} "
+                                    f"{res.error_msg}")
+    return n, failures

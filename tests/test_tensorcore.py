@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
+from cuda_helpers import cuda_source, nvcc_cubin, pool_failures, sample_configs
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.template import templates_for
@@ -163,18 +163,10 @@ def test_split_k_numerics_on_gpu():
     """Split configs (fallback tiles with split 2/4/8, and random ones) for f16 -> f16 NT,
     int8 -> int32 NN and f16 -> f32 TN, checked against numpy in the pool measurer."""
     import tvm
-    from tvm_ext.measure.pool import PoolMeasurer
     target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
-    failures, n = [], 0
-    with PoolMeasurer(n_parallel=8, number=1, repeat=1, build_timeout=180) as measurer:
-        for dtype, out, layout in SPLIT_K_CASES:
-            wl = Workload.create("dense", SPLIT_K_SHAPE, dtype, out, layout=layout)
-            task = Task(wl, target, template="dense_mma.cuda")
-            configs = _split_configs(task, 3)
-            for cfg, res in zip(configs, measurer.measure(task, configs)):
-                n += 1
-                if not res.ok:
-                    failures.append(f"{wl} {cfg}: error {res.error_no} {res.error_msg}")
+    tasks = [Task(Workload.create("dense", SPLIT_K_SHAPE, dtype, out, layout=layout), target,
+                  template="dense_mma.cuda") for dtype, out, layout in SPLIT_K_CASES]
+    n, failures = pool_failures([(task, _split_configs(task, 3)) for task in tasks])
     assert n >= 12
     assert not failures, "\n".join(failures)
 

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
+from cuda_helpers import cuda_source, nvcc_cubin, pool_failures, sample_configs
 from tvm_ext.dispatch import apply_history_best, choose
 from tvm_ext.measure import MeasureResult
 from tvm_ext.target import cuda_target
@@ -100,23 +100,16 @@ def test_wgmma_numerics_on_gpu():
     GEMMs in the 4 layouts (K-major and MN-major operands), checked against numpy by the pool
     measurer (on an sm_90 GPU)."""
     import tvm
-    from tvm_ext.measure.pool import PoolMeasurer
     if tvm.cuda(0).compute_version != "9.0":
         pytest.skip("wgmma needs an sm_90 GPU")
     target = cuda_target("sm_90")
-    failures, n = [], 0
     cases = [DENSE, BMM, Workload.create("dense", (512, 256, 512), "float16", "float32",
                                          layout="NN"),
              Workload.create("batch_matmul", (3, 256, 128, 256), "float16", "float16",
                              layout="TN"),
              Workload.create("dense", (256, 512, 384), "float16", "float16", layout="TT")]
-    with PoolMeasurer(n_parallel=8, number=1, repeat=1, build_timeout=180) as measurer:
-        for seed, wl in enumerate(cases):
-            task = Task(wl, target)
-            configs = sample_configs(task, 4, seed=seed, limit=5000)
-            for cfg, res in zip(configs, measurer.measure(task, configs)):
-                n += 1
-                if not res.ok:
-                    failures.append(f"{wl} {cfg}: error {res.error_no} {res.error_msg}")
+    tasks = [Task(wl, target) for wl in cases]
+    n, failures = pool_failures([(task, sample_configs(task, 4, seed=seed, limit=5000))
+                                 for seed, task in enumerate(tasks)])
     assert n == 25
     assert not failures, "\n".join(failures)

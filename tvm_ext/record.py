@@ -249,7 +249,6 @@ def ranked_for(records: Sequence[Record], workload: Workload, target) -> List[Re
     on the target's own machine (its GPU model, or its CPU) fastest first, then the others
     fastest first (a time measured on another machine does not rank kernels for this one)."""
     machine = target_machine(target)
-    mine = [r for r in records if r.key() == workload.key() and r.result.ok
-            and target_matches(r.target, target)]
+    mine = [r for r in for_target(records, target) if r.key() == workload.key() and r.result.ok]
     return sorted(mine, key=lambda r: (machine is None or target_machine(r.target) != machine,
                                        r.result.mean))

@@ -130,6 +130,12 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             return (slot * R * BK + (kk * 16 // ROW_K * R + r0) * ROW_K) // 8 + kk % 4 * 2
         return (slot * R * BK + r0 * BK) // 8 + kk * 16 * ROW_K // 8
 
+    def frag_row(wg, lane, h):  # row in the block tile of accumulator pair (j, h) of a lane
+        return wg * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8
+
+    def frag_col(lane, j, v):  # its column (v: the pair's element)
+        return j * 8 + lane % 4 * 2 + v
+
     a_km, b_km = not wl.transpose_a, wl.transpose_b  # K-major: A [M, K], B [N, K]
     lbo_a, sbo_a = descriptor_offsets(a_km, BK)
     lbo_b, sbo_b = descriptor_offsets(b_km, BK)
@@ -208,8 +214,8 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             for j in T.unroll(BN // 8):
                 for h in T.unroll(2):
                     for v in T.vectorized(2):
-                        cs[(wg * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8) * (BN + c_pad)
-                           + j * 8 + lane % 4 * 2 + v] = T.Cast(out, acc[j * 4 + h * 2 + v])
+                        cs[frag_row(wg, lane, h) * (BN + c_pad) + frag_col(lane, j, v)] = \
+                            T.Cast(out, acc[j * 4 + h * 2 + v])
             T.cuda.cta_sync()
             for c in T.unroll(BM * BN // out_vec // threads):
                 for v in T.vectorized(out_vec):
@@ -221,8 +227,8 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             for j in T.unroll(BN // 8):
                 for h in T.unroll(2):
                     for v in T.vectorized(2):
-                        C[bidx(bz, bm * BM + wg * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8,
-                               bn * BN + j * 8 + lane % 4 * 2 + v)] = \
+                        C[bidx(bz, bm * BM + frag_row(wg, lane, h),
+                               bn * BN + frag_col(lane, j, v))] = \
                             T.Cast(out, acc[j * 4 + h * 2 + v])
 
     return kernel
