@@ -1,6 +1,8 @@
 """The benchmark command runs end to end on tiny shapes (its numbers are not asserted)."""
 import json
 
+import pytest
+
 from tvm_ext import bench
 
 
@@ -42,7 +44,6 @@ def test_unknown_suite(capsys):
 
 def test_ratio_plot_from_rows(tmp_path):
     """--replot draws the ratio bars of an earlier --json (one bar per kernel kind)."""
-    import pytest
     pytest.importorskip("matplotlib")
     rows = [{"name": f"w{i} dense 8x8x8 float32 NT [{kind}]", "ratio": r}
             for i in range(2) for kind, r in (("dlight", 0.5), ("fallback", float("inf")),
@@ -52,3 +53,20 @@ def test_ratio_plot_from_rows(tmp_path):
     png = tmp_path / "rows.png"
     assert bench.main(["--replot", str(src), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.gpu
+def test_gpu_suite_row_samples_in_turn_and_replays_the_record(tmp_path, capsys):
+    """One GPU workload end to end: cuBLAS, dlight, fallback and tuned rows (numerics checked),
+    and the tuned row's record re-measured as the tuner measures it (replay check)."""
+    out = tmp_path / "rows.json"
+    assert bench.main(["--suite", "gpu", "--only", "gemv_f16", "--repeat", "3",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [r["name"].rsplit("[", 1)[1] for r in rows] == ["dlight]", "fallback]", "tuned]"]
+    for r in rows:
+        assert 0 < r["ref_ms"] < 1 and 0 < r["ours_ms"] < 1  # finite: built and correct
+    tuned = rows[-1]
+    assert tuned["recorded_ms"] > 0 and tuned["replay_ms"] > 0
+    assert rows[0]["replay_ms"] is None and rows[1]["replay_ms"] is None
+    assert "replay of the log's records" in capsys.readouterr().out

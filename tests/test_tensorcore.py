@@ -121,6 +121,35 @@ def _gpu_cases(template):
     return cases
 
 
+def _with_chunk_8(task, configs):
+    """``configs`` plus, for the mma templates, the fallback at chunk 8 (K steps of 128 f16 /
+    256 int8 elements; added to their spaces after the random samples were chosen) where it
+    is valid."""
+    if "_mma." not in task.name:
+        return configs
+    fb = task.fallback_config().values_dict()
+    c8 = task.space.config_from_values({**fb, "chunk": 8})
+    return configs + [c8] if task.space.is_valid(c8) else configs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_numerics_on_gpu_every_dtype_layout_alignment(template):
+    """Every case of ``_gpu_cases`` (the fallback, random configs and, for the mma spaces, a
+    chunk-8 config) built by pool workers and run in isolated runners, each output compared
+    with numpy (a wrong answer is error 5, a crash error 4). Several minutes per template on
+    an H100 host: run one template at a time (``-k``) under a 10-minute limit."""
+    import tvm
+    target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
+    cases = []
+    for _, wl, n_random in _gpu_cases(template):
+        task = Task(wl, target, template=template)
+        cases.append((task, _with_chunk_8(task, _sample(task, n_random, 7))))
+    n, failures = pool_failures(cases)
+    assert n >= 25
+    assert not failures, "\n".join(failures)
+
+
 SPLIT_K_SHAPE = (64, 128, 4096)
 SPLIT_K_CASES = (("float16", "float16", "NT"), ("int8", "int32", "NN"),
                  ("float16", "float32", "TN"))

@@ -11,8 +11,10 @@ reported with the spread (min-max). ratio = numpy time / tvm_ext time (> 1: tvm_
 GPU (``--suite gpu``): cuBLAS through torch (TF32 off; ``torch._int_mm`` for int8), TVM's dlight
 default, tvm_ext's fallback and tvm_ext under the shipped ``logs/cuda_sm90.json``. By default
 every kernel is timed in CUDA-graph replays (``--timing graph``), so microsecond kernels are
-compared without either side's launch overhead; each tuned row is also re-timed the way the
-tuner timed it and compared with the time in its record (the replay check).
+compared without either side's launch overhead. The kernels of a row are sampled in turn, so a
+clock or temperature drift falls on all of them alike. Each tuned record is also replayed the way
+the tuner measured it (pool build, fresh runner process) and compared with the time in the
+record (the replay check).
 
 Tuning cost (``--suite tuning-cost``): for each workload of the GPU suite (on a GPU; else the CPU
 suite), the XGB tuner starts from scratch (a fresh log, no transfer) on the template of the
@@ -310,18 +312,20 @@ def _dlight_kernel(wl, target):
 def run_gpu(suite, log: Optional[str], repeat: int, timing: str = "graph") -> List[Row]:
     """cuBLAS (torch) vs dlight vs tvm_ext fallback vs tvm_ext tuned, per workload, each timed
     by ``timing`` ("graph": CUDA-graph replays, kernel time; "eager": eager calls, launch
-    overhead included). Tuned rows also re-time the kernel as the tuner did (``replay_ms``)."""
+    overhead included). The four kernels of a workload are sampled in turn, ``repeat`` rounds,
+    so a clock or temperature drift during the row falls on all of them alike. Tuned rows also
+    replay their record as the tuner measured it (``replay_ms``): the pool's build and a fresh
+    runner process, the tuner's timing."""
     import torch  # noqa: PLC0415
     import tvm  # noqa: PLC0415
     import tvm_ext  # noqa: PLC0415
-    from .measure import LocalMeasurer  # noqa: PLC0415
-    from .measure.timing import eager_times, graph_times, time_module  # noqa: PLC0415
+    from .dispatch import choose  # noqa: PLC0415
+    from .measure.timing import EagerSampler, GraphSampler  # noqa: PLC0415
     from .target import default_target  # noqa: PLC0415
     from .task import Task, reference_matmul, tolerance  # noqa: PLC0415
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    times = graph_times if timing == "graph" else eager_times
-    tuner = LocalMeasurer()  # the timing the tuner records costs with (method "auto")
+    sampler = GraphSampler if timing == "graph" else EagerSampler
     target = default_target()
     dev = tvm.cuda(0)
     rng = np.random.default_rng(0)
@@ -334,55 +338,70 @@ def run_gpu(suite, log: Optional[str], repeat: int, timing: str = "graph") -> Li
         a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
         b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
         if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
-            ref_ms = _ms(times(lambda: torch._int_mm(a_mk, b_kn), repeat))
+            launches = {"cuBLAS": lambda: torch._int_mm(a_mk, b_kn)}
         else:
-            ref_ms = _ms(times(lambda: torch.matmul(a_mk, b_kn), repeat))
+            launches = {"cuBLAS": lambda: torch.matmul(a_mk, b_kn)}
         args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev))
         expect = reference_matmul(wl, a, b)
+        failed = {}
 
-        def tvm_ms(ex, label):
-            out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-            func = ex.mod["main"]
-            func(*args, out)
-            dev.sync()
-            ok = np.allclose(out.numpy().astype(expect.dtype), expect, *tolerance(wl))
-            res = _ms(times(lambda: func(*args, out), repeat))
-            print(f"  {name} {label}: {res[0]:.4f} ms  numerics {'ok' if ok else 'WRONG'}",
-                  flush=True)
-            return (res if ok else (float("inf"), "wrong answer")), out
+        def checked(label, build):
+            """The kernel's launch, after one call checked against float64 numpy; None (and
+            the reason in ``failed``) where it does not build or answers wrong."""
+            try:
+                func = build().mod["main"]
+                out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
+                func(*args, out)
+                dev.sync()
+            except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
+                print(f"  {name} {label} failed: {error_line(err, 160)}", flush=True)
+                failed[label] = "-" if label == "dlight" else "failed"
+                return None
+            if not np.allclose(out.numpy().astype(expect.dtype), expect, *tolerance(wl)):
+                print(f"  {name} {label}: numerics WRONG", flush=True)
+                failed[label] = "wrong answer"
+                return None
+            return lambda: func(*args, out)
 
-        def tuner_ms(ex, out):
-            costs = time_module(ex.mod, dev, (*args, out), timing=tuner.timing,
-                                number=tuner.number, repeat=tuner.repeat,
-                                min_repeat_ms=tuner.min_repeat_ms)
-            return float(np.mean(costs)) * 1e3
-
-        try:
-            dl = tvm_ms(_dlight_kernel(wl, target), "dlight")[0]
-        except Exception as err:  # noqa: BLE001  (dlight may not schedule a workload)
-            print(f"  {name} dlight failed: {error_line(err, 160)}")
-            dl = (float("nan"), "-")
-        try:
-            fb = tvm_ms(task.build(task.fallback_config()), "fallback")[0]
-        except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
-            print(f"  {name} fallback failed: {error_line(err, 160)}")
-            fb = (float("nan"), "failed")
         with tvm_ext.apply_history_best(logs):
-            k = tvm_ext.build(wl, target)
-        recorded = replay = None
-        try:
-            tuned, out = tvm_ms(k.executable, "tuned" if k.choice.tuned else
-                                "fallback (no record)")
-            if k.choice.tuned:
-                recorded, replay = k.choice.record_cost * 1e3, tuner_ms(k.executable, out)
-        except Exception as err:  # noqa: BLE001
-            print(f"  {name} tuned failed: {error_line(err, 160)}")
-            tuned = (float("nan"), "failed")
-        for label, res in (("dlight", dl), ("fallback", fb),
-                           ("tuned" if k.choice.tuned else "untuned", tuned)):
-            rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *ref_ms, *res, k.choice.template))
-        rows[-1].recorded_ms, rows[-1].replay_ms = recorded, replay
+            task_t, choice = choose(wl, target)
+        tuned_label = "tuned" if choice.tuned else "untuned"
+        for label, build in (("dlight", lambda: _dlight_kernel(wl, target)),
+                             ("fallback", lambda: task.build(task.fallback_config())),
+                             (tuned_label, lambda: task_t.build(choice.config))):
+            launch = checked(label, build)
+            if launch is not None:
+                launches[label] = launch
+        samplers = {label: sampler(fn) for label, fn in launches.items()}
+        samples = {label: [] for label in samplers}
+        for _ in range(repeat):  # in turn: cuBLAS, dlight, fallback, tuned, cuBLAS, ...
+            for label, smp in samplers.items():
+                samples[label].append(smp.sample())
+        del samplers
+        res = {label: _ms(s) for label, s in samples.items()}
+        for label in ("dlight", "fallback", tuned_label):
+            if label in failed:
+                res[label] = (float("nan") if failed[label] != "wrong answer" else float("inf"),
+                              failed[label])
+            print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]})", flush=True)
+            rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],
+                            choice.template))
+        if choice.tuned and tuned_label not in failed:
+            rows[-1].recorded_ms = choice.record_cost * 1e3
+            rows[-1].replay_ms = replay_record(task_t, choice.config)
     return rows
+
+
+def replay_record(task, config) -> Optional[float]:
+    """The config re-measured as ``python -m tvm_ext.tune`` measures (ms): built by a pool
+    worker, run in a fresh runner process, the tuner's default timing; None if it fails."""
+    from .measure.pool import PoolMeasurer  # noqa: PLC0415
+    with PoolMeasurer(n_parallel=1) as pool:
+        res = pool.measure(task, [config])[0]
+    if not res.ok:
+        print(f"  replay of {task.name} failed: error {res.error_no} {res.error_msg}", flush=True)
+        return None
+    return res.mean * 1e3
 
 
 # The tuner comparison: best GFLOP/s against trials, replayed from a full measurement of the
@@ -525,10 +544,12 @@ def print_table(rows: List[Row], ref_name: str):
               f"{r.ref_spread} | {r.ours_spread} ({r.tuned})")
     replays = [r for r in rows if r.replay_ms]
     if replays:
-        print("replay of the log's records (re-timed as the tuner times, timing 'auto'):")
+        print("replay of the log's records: re-measured as the tuner measures (pool build, fresh "
+              "runner, timing 'auto'), and the tuned row of this process, against the record:")
         for r in replays:
             print(f"  {r.name.split(' ')[0]:<16} recorded {r.recorded_ms:.4f} ms  replayed "
-                  f"{r.replay_ms:.4f} ms  replayed/recorded {r.replay_ms / r.recorded_ms:.2f}")
+                  f"{r.replay_ms:.4f} ms ({r.replay_ms / r.recorded_ms:.2f})  in this process "
+                  f"{r.ours_ms:.4f} ms ({r.ours_ms / r.recorded_ms:.2f})")
 
 
 def main(argv=None) -> int:

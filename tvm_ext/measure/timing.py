@@ -66,35 +66,58 @@ def _calls(launch: Callable[[], object], n: int) -> Callable[[], None]:
     return run
 
 
+class GraphSampler:
+    """A kernel captured ``n`` times into one CUDA graph; ``sample()`` replays it once and
+    returns seconds per call. ``launch`` launches on the FFI / torch current stream; ``n`` is
+    chosen so that a replay lasts about ``replay_ms``. Several samplers can be alive at once,
+    so that kernels are sampled in turn (the same clock and temperature for each)."""
+
+    def __init__(self, launch: Callable[[], object], replay_ms: float = 5.0, max_n: int = 1000):
+        import torch  # noqa: PLC0415
+        import tvm_ffi  # noqa: PLC0415
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with tvm_ffi.use_torch_stream(torch.cuda.stream(side)):
+            _calls(launch, 3)()  # warm-up: module load, cuBLAS handle and workspace
+            eager = _event_seconds(_calls(launch, 10)) * 1e3 / 10  # ms; an upper bound
+        self.n = int(min(max(replay_ms / max(eager, 1e-4), 10), max_n))
+        self.graph = torch.cuda.CUDAGraph()
+        with tvm_ffi.use_torch_stream(torch.cuda.graph(self.graph)):
+            _calls(launch, self.n)()
+        self.graph.replay()
+        torch.cuda.synchronize()
+
+    def sample(self) -> float:
+        return _event_seconds(self.graph.replay) / self.n
+
+
+class EagerSampler:
+    """``sample()``: seconds per call of ``number`` eager calls between two CUDA events
+    (launch overhead included: torch's Python dispatch or TVM's FFI call)."""
+
+    def __init__(self, launch: Callable[[], object], number: int = 10):
+        import tvm_ffi  # noqa: PLC0415
+        self.launch, self.number = launch, number
+        with tvm_ffi.use_torch_stream():
+            _calls(launch, 3)()
+
+    def sample(self) -> float:
+        import tvm_ffi  # noqa: PLC0415
+        with tvm_ffi.use_torch_stream():
+            return _event_seconds(_calls(self.launch, self.number)) / self.number
+
+
 def graph_times(launch: Callable[[], object], repeat: int, replay_ms: float = 5.0,
                 max_n: int = 1000) -> List[float]:
-    """Seconds per call of ``launch`` (which launches on the FFI / torch current stream),
-    ``repeat`` samples, each a replay of a graph of ``n`` calls lasting about ``replay_ms``."""
-    import torch  # noqa: PLC0415
-    import tvm_ffi  # noqa: PLC0415
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with tvm_ffi.use_torch_stream(torch.cuda.stream(side)):
-        _calls(launch, 3)()  # warm-up: module load, cuBLAS handle and workspace
-        eager = _event_seconds(_calls(launch, 10)) * 1e3 / 10  # ms; an upper bound
-    n = int(min(max(replay_ms / max(eager, 1e-4), 10), max_n))
-    graph = torch.cuda.CUDAGraph()
-    with tvm_ffi.use_torch_stream(torch.cuda.graph(graph)):
-        _calls(launch, n)()
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = [_event_seconds(graph.replay) / n for _ in range(repeat)]
-    del graph
-    return samples
+    """Seconds per call of ``launch``, ``repeat`` samples of a ``GraphSampler``."""
+    sampler = GraphSampler(launch, replay_ms, max_n)
+    return [sampler.sample() for _ in range(repeat)]
 
 
 def eager_times(launch: Callable[[], object], repeat: int, number: int = 10) -> List[float]:
-    """Seconds per call: ``number`` eager calls between two CUDA events (launch overhead
-    included: torch's Python dispatch or TVM's FFI call, whichever ``launch`` is)."""
-    import tvm_ffi  # noqa: PLC0415
-    with tvm_ffi.use_torch_stream():
-        _calls(launch, 3)()
-        return [_event_seconds(_calls(launch, number)) / number for _ in range(repeat)]
+    """Seconds per call, ``repeat`` samples of an ``EagerSampler``."""
+    sampler = EagerSampler(launch, number)
+    return [sampler.sample() for _ in range(repeat)]
 
 
 def time_module(mod, dev, args, *, timing: str, number: int, repeat: int,
