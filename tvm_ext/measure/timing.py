@@ -114,12 +114,6 @@ def graph_times(launch: Callable[[], object], repeat: int, replay_ms: float = 5.
     return [sampler.sample() for _ in range(repeat)]
 
 
-def eager_times(launch: Callable[[], object], repeat: int, number: int = 10) -> List[float]:
-    """Seconds per call, ``repeat`` samples of an ``EagerSampler``."""
-    sampler = EagerSampler(launch, number)
-    return [sampler.sample() for _ in range(repeat)]
-
-
 def time_module(mod, dev, args, *, timing: str, number: int, repeat: int,
                 min_repeat_ms: int, cache_flush: bool = False) -> List[float]:
     """``repeat`` costs (seconds per call) of ``mod["main"](*args)`` by ``timing``."""
