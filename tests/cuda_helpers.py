@@ -2,13 +2,25 @@
 import numpy as np
 
 
-def sample_configs(task, n, seed, limit):
-    """The fallback config, then ``n`` distinct valid configs (among the first ``limit``)
-    drawn with ``seed``."""
-    rng = np.random.default_rng(seed)
-    valid = list(task.space.valid_indices(limit=limit))
-    picks = rng.choice(valid, size=min(n, len(valid)), replace=False) if n else []
-    return [task.fallback_config()] + [task.config(int(i)) for i in picks]
+def random_valid(task, n, seed, keep=None, max_draws=200000):
+    """``n`` distinct valid configs drawn uniformly from the whole space with ``seed`` (those
+    that ``keep`` accepts, if given), by rejection: scanning a space for its valid configs
+    takes a minute on the tensor-core spaces, a few draws take milliseconds."""
+    space, rng = task.space, np.random.default_rng(seed)
+    picks, seen = [], set()
+    for _ in range(max_draws):
+        if len(picks) == n:
+            return [task.config(i) for i in picks]
+        i = int(rng.integers(len(space)))
+        if i not in seen and space.is_valid(i) and (keep is None or keep(space.get(i))):
+            picks.append(i)
+        seen.add(i)
+    raise AssertionError(f"{task.name}: {len(picks)} of {n} valid configs in {max_draws} draws")
+
+
+def sample_configs(task, n, seed):
+    """The fallback config, then ``n`` distinct valid configs drawn with ``seed``."""
+    return [task.fallback_config()] + random_valid(task, n, seed)
 
 
 def cuda_source(task, cfg):
@@ -22,16 +34,30 @@ def nvcc_cubin(src, target, arch):
         return nvcc.compile_cuda(src, target_format="cubin", arch=arch, compiler="nvcc")
 
 
-def pool_failures(cases):
-    """Build and run each (task, configs) case in one pool measurer, which checks every output
-    against numpy; returns (configs measured, one line per failed config)."""
+def pool_failures(cases, builders_each=3):
+    """Build and run each (task, configs) case in pool measurers, which check every output
+    against numpy; returns (configs measured, one line per failed config).
+
+    A task has two or three configs here, so one measurer would keep most of its builders idle:
+    the cases are dealt to several measurers (``builders_each`` builders and one runner
+    each) that work at once. Timing is off the point, so their runners may share the GPU."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
     from tvm_ext.measure.pool import PoolMeasurer
-    failures, n = [], 0
-    with PoolMeasurer(n_parallel=8, number=1, repeat=1, build_timeout=180) as measurer:
-        for task, configs in cases:
-            for cfg, res in zip(configs, measurer.measure(task, configs)):
-                n += 1
-                if not res.ok:
-                    failures.append(f"{task.workload} {cfg}: error {res.error_no} "
-                                    f"{res.error_msg}")
-    return n, failures
+    n_pools = max(1, min(len(cases), (os.cpu_count() or 2) // builders_each))
+
+    def check(share):
+        lines, n = [], 0
+        with PoolMeasurer(n_parallel=builders_each, number=1, repeat=1,
+                          build_timeout=180) as measurer:
+            for task, configs in share:
+                for cfg, res in zip(configs, measurer.measure(task, configs)):
+                    n += 1
+                    if not res.ok:
+                        lines.append(f"{task.workload} {cfg}: error {res.error_no} "
+                                     f"{res.error_msg}")
+        return n, lines
+
+    with ThreadPoolExecutor(n_pools) as ex:
+        done = list(ex.map(check, [cases[i::n_pools] for i in range(n_pools)]))
+    return sum(n for n, _ in done), [line for _, lines in done for line in lines]

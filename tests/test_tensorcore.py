@@ -4,10 +4,10 @@ dtype x layout x alignment case, measured in parallel through the isolated pool 
 import re
 import shutil
 
-import numpy as np
 import pytest
 
-from cuda_helpers import cuda_source, nvcc_cubin, pool_failures, sample_configs
+from cuda_helpers import (cuda_source, nvcc_cubin, pool_failures, random_valid,
+                          sample_configs)
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.template import templates_for
@@ -23,10 +23,6 @@ def _op(template):
     return "dense" if template.startswith("dense") else "batch_matmul"
 
 
-def _sample(task, n, seed):
-    return sample_configs(task, n, seed, limit=20000)
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("template", TEMPLATES)
@@ -38,7 +34,7 @@ def test_codegen_compiles_with_nvcc(arch, template):
     for seed, (dtype, out, layout, shapes) in enumerate(cases):
         wl = Workload.create(op, shapes[op], dtype, out, layout=layout)
         task = Task(wl, target, template=template)
-        for cfg in _sample(task, 1, seed + (arch == "sm_80")):
+        for cfg in sample_configs(task, 1, seed + (arch == "sm_80")):
             assert task.space.is_valid(cfg), (cfg, task.space.violations(cfg))
             src = cuda_source(task, cfg)
             if "mma" in template.split(".")[0]:
@@ -51,7 +47,7 @@ def test_codegen_compiles_with_nvcc(arch, template):
 def test_mma_f16_output_accumulates_in_f32():
     wl = Workload.create("dense", (256, 256, 256), "float16", "float16")
     task = Task(wl, cuda_target("sm_90"), template="dense_mma.cuda")
-    for cfg in _sample(task, 2, 3):  # cast at the register store or the shared write-back
+    for cfg in sample_configs(task, 2, 3):  # cast at the register store or the shared copy
         src = cuda_source(task, cfg)
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src, cfg
         assert "f16.f16.f16.f16" not in src
@@ -144,7 +140,7 @@ def test_numerics_on_gpu_every_dtype_layout_alignment(template):
     cases = []
     for _, wl, n_random in _gpu_cases(template):
         task = Task(wl, target, template=template)
-        cases.append((task, _with_chunk_8(task, _sample(task, n_random, 7))))
+        cases.append((task, _with_chunk_8(task, sample_configs(task, n_random, 7))))
     n, failures = pool_failures(cases)
     assert n >= 25
     assert not failures, "\n".join(failures)
@@ -161,10 +157,7 @@ def _split_configs(task, n):
     fb = task.fallback_config().values_dict()
     picks = [task.space.config_from_values({**fb, "split_k": s}) for s in (2, 4, 8)]
     picks = [c for c in picks if task.space.is_valid(c)]
-    split = [i for i in task.space.valid_indices(limit=20000)
-             if task.space.get(i)["split_k"].val > 1]
-    rng = np.random.default_rng(5)
-    return picks + [task.config(int(i)) for i in rng.choice(split, size=n, replace=False)]
+    return picks + random_valid(task, n, 5, keep=lambda c: c["split_k"].val > 1)
 
 
 def test_split_k_builds_two_kernels_and_only_on_small_grids():

@@ -153,7 +153,7 @@ def _schedule_fused(task, config, func, epilogue: List[str]):
         sch.compute_inline(sch.get_sblock(name))
     task.template.schedule(sch, config, task.workload, task.facts)
     sch.reverse_compute_inline(sch.get_sblock(epilogue[-1]))
-    return sch.mod["main"]
+    return task.launch(sch.mod["main"])
 
 
 def _call_counts(mod) -> Dict[str, int]:

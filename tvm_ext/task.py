@@ -3,6 +3,7 @@ and ``instantiate(config)`` -> a scheduled IRModule (``build`` compiles it)."""
 from __future__ import annotations
 
 import functools
+import os
 from collections import OrderedDict
 from typing import Any, List, Mapping, Optional
 
@@ -107,16 +108,32 @@ class Task:
         try:
             if self.template.kernel is not None:
                 func = self.template.kernel(self.workload, config, self.facts, self.target)
-                return tvm.IRModule({"main": func})
-            tensors = self.template.compute(self.workload, config)
-            func = te.create_prim_func(tensors)
-            sch = s_tir.Schedule(tvm.IRModule({"main": func}))
-            self.template.schedule(sch, config, self.workload, self.facts)
+            else:
+                tensors = self.template.compute(self.workload, config)
+                sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
+                self.template.schedule(sch, config, self.workload, self.facts)
+                func = sch.mod["main"]
+            func = self.launch(func)
         except Exception as err:  # a config the schedule rejects is data, not a crash
             msg = str(err).strip().splitlines()
             raise InstantiationError(f"{self.name} {config}: {msg[-1] if msg else err!r}") \
                 from err
-        return sch.mod
+        return tvm.IRModule({"main": func})
+
+    @property
+    def dependent_launch(self) -> bool:
+        """Whether kernels are launched with programmatic dependent launch (``ops/launch.py``):
+        CUDA sm_90 and newer, unless the environment sets ``TVM_EXT_PDL=0``."""
+        return self.facts["kind"] == "cuda" and self.facts["sm"] >= 90 and \
+            os.environ.get("TVM_EXT_PDL", "1") != "0"
+
+    def launch(self, func):
+        """A scheduled PrimFunc of this task as it is built: with ``dependent_launch``, every
+        kernel opens with the grid-dependency wait and is launched with PDL."""
+        if not self.dependent_launch:
+            return func
+        from .ops.launch import with_dependent_launch  # noqa: PLC0415
+        return with_dependent_launch(func)
 
     def build(self, config: ConfigEntity):
         """Compile a config: a ``tvm.runtime.Executable`` whose ``main`` takes (A, B, C)."""
