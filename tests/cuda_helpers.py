@@ -2,20 +2,14 @@
 import numpy as np
 
 
-def random_valid(task, n, seed, keep=None, max_draws=200000):
+def random_valid(task, n, seed, keep=None):
     """``n`` distinct valid configs drawn uniformly from the whole space with ``seed`` (those
-    that ``keep`` accepts, if given), by rejection: scanning a space for its valid configs
-    takes a minute on the tensor-core spaces, a few draws take milliseconds."""
-    space, rng = task.space, np.random.default_rng(seed)
-    picks, seen = [], set()
-    for _ in range(max_draws):
-        if len(picks) == n:
-            return [task.config(i) for i in picks]
-        i = int(rng.integers(len(space)))
-        if i not in seen and space.is_valid(i) and (keep is None or keep(space.get(i))):
-            picks.append(i)
-        seen.add(i)
-    raise AssertionError(f"{task.name}: {len(picks)} of {n} valid configs in {max_draws} draws")
+    that ``keep`` accepts, if given), by the space's rejection sampling: scanning a
+    tensor-core space for its valid configs takes a minute, a few draws take milliseconds."""
+    picks = task.space.random_valid(np.random.default_rng(seed), n, keep=keep,
+                                    max_draws=200000)
+    assert len(picks) == n, f"{task.name}: {len(picks)} of {n} valid configs in 200000 draws"
+    return [task.config(i) for i in picks]
 
 
 def sample_configs(task, n, seed):

@@ -593,6 +593,26 @@ class ConfigSpace:
                 if limit is not None and count >= limit:
                     return
 
+    def random_valid(self, rng, n: int, *, skip: Sequence[Any] = (), keep=None,
+                     max_draws: Optional[int] = None) -> List[int]:
+        """Up to ``n`` distinct valid indices drawn uniformly with ``rng``, by rejection (a
+        space too large to list): none that is in one of the ``skip`` collections, only those
+        whose config ``keep`` accepts (if given). At most ``max_draws`` draws (default 200 per
+        index asked for), so a heavily constrained space ends with fewer."""
+        limit = 200 * max(n, 1) if max_draws is None else max_draws
+        out: List[int] = []
+        chosen = set()
+        draws = 0
+        while len(out) < n and draws < limit:
+            draws += 1
+            i = int(rng.integers(len(self)))
+            if i in chosen or any(i in s for s in skip) or not self.is_valid(i) or \
+                    (keep is not None and not keep(self.get(i))):
+                continue
+            out.append(i)
+            chosen.add(i)
+        return out
+
     # ---- features for cost models ----
     def features(self, config: ConfigEntity) -> np.ndarray:
         """AutoTVM's flattened knob feature: split sizes (resolved), knob values (or their

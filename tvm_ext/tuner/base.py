@@ -48,14 +48,8 @@ class Tuner:
 
     def random_valid(self, n: int, taken: set) -> List[int]:
         """Up to n random valid indices, neither visited nor in ``taken`` (which grows)."""
-        out: List[int] = []
-        tries = 0
-        while len(out) < n and tries < 200 * max(n, 1):
-            tries += 1
-            i = int(self.rng.integers(len(self.space)))
-            if i not in self.visited and i not in taken and self.space.is_valid(i):
-                out.append(i)
-                taken.add(i)
+        out = self.space.random_valid(self.rng, n, skip=(self.visited, taken))
+        taken.update(out)
         return out
 
 

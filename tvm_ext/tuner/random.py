@@ -31,12 +31,6 @@ class RandomTuner(Tuner):
                     self.visited.add(i)
             return out
         # Large space: rejection sampling, bounded so a heavily constrained space ends.
-        tries = 0
-        while len(out) < n and tries < 1000 * n:
-            tries += 1
-            i = int(self.rng.integers(len(self.space)))
-            if i in self.visited or not self.space.is_valid(i):
-                continue
-            out.append(i)
-            self.visited.add(i)
+        out = self.space.random_valid(self.rng, n, skip=(self.visited,), max_draws=1000 * n)
+        self.visited.update(out)
         return out
