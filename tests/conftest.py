@@ -3,9 +3,12 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+# tests/{unit,codegen,gpu} share the helpers here (faulty_ops, cuda_helpers) and tests/data.
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+for path in (ROOT, TESTS):
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 
 def _gpu_visible():

@@ -37,7 +37,7 @@ def pool_failures(cases, builders_each=3):
     each) that work at once. Timing is off the point, so their runners may share the GPU."""
     import os
     from concurrent.futures import ThreadPoolExecutor
-    from tvm_ext.measure.pool import PoolMeasurer
+    from tvm_ext.measure import PoolMeasurer
     n_pools = max(1, min(len(cases), (os.cpu_count() or 2) // builders_each))
 
     def check(share):

@@ -3,7 +3,8 @@ measurement tests. Imported by the tests and, by module name, in the worker proc
 import os
 import time
 
-from tvm_ext.template import Template, get_template, register_template
+from tvm_ext.strategy import register_template, registered
+from tvm_ext.template import ScheduleTemplate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAULTS = ["none", "build_raise", "build_hang", "run_abort", "run_hang", "wrong"]
@@ -39,11 +40,9 @@ def _schedule(sch, cfg, wl, facts):
         time.sleep(3600)
 
 
-try:
-    get_template("faulty.x86")
-except Exception:
-    register_template(Template(
+if registered("faulty.x86") is None:
+    register_template(ScheduleTemplate(
         name="faulty.x86", op="batch_matmul", target_kind="llvm", compute=_compute,
         schedule=_schedule, fallback=lambda space, wl, facts: {"fault": "none"},
         check=lambda wl, facts: None, dtypes=("float32",), layouts=("NT",), priority=-100,
-        extra={"paths": [HERE]}))
+        source_paths=(HERE,)))

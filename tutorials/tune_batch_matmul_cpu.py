@@ -12,10 +12,10 @@ import argparse
 import numpy as np
 
 import tvm_ext
-from tvm_ext import record
-from tvm_ext.measure import LocalMeasurer
-from tvm_ext.task import Task, reference_matmul
-from tvm_ext.tuner import make_tuner, tune
+from tvm_ext.measure import MeasureOptions, RunOptions
+from tvm_ext.measure.check import random_inputs, reference_matmul
+from tvm_ext.session import tune_task
+from tvm_ext.task import Task
 
 
 def main(argv=None):
@@ -33,10 +33,11 @@ def main(argv=None):
     task = Task(wl, "llvm")
     print(task.space.describe())
 
-    # 3. tune: every measured config is appended to the log as it is measured
-    tuner = make_tuner("random", task.space, seed=0)
-    summary = tune(task, tuner, LocalMeasurer(number=2, repeat=2), n_trial=args.trials,
-                   callbacks=[record.LogWriter(args.log)])
+    # 3. tune (random tuner, measured in this process): every measured config is appended
+    #    to the log as it is measured
+    summary = tune_task(task, args.log, trials=args.trials, tuner="random", seed=0,
+                        measure_options=MeasureOptions(run=RunOptions(number=2, repeat=2),
+                                                       local=True))
     print(f"tuned {summary.trials} configs: best {summary.best_gflops:.1f} GFLOP/s")
 
     # 4. build with the log: the best record for this workload and target is applied
@@ -44,7 +45,7 @@ def main(argv=None):
         kernel = tvm_ext.build(wl, "llvm")
     print(ctx.report)
     rng = np.random.default_rng(0)
-    a, b = task.random_inputs(rng)
+    a, b = random_inputs(wl, rng)
     np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), rtol=1e-4,
                                atol=1e-4)
 

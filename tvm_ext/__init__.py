@@ -23,11 +23,13 @@ _LAZY = {
     "load_records": ("record", "load"),
     "pick_best": ("record", "pick_best"),
     "merge_logs": ("record", "merge"),
-    "tune": ("tuner", "tune"),
+    "tune_task": ("session", "tune_task"),
     "make_tuner": ("tuner", "make_tuner"),
     "LocalMeasurer": ("measure", "LocalMeasurer"),
+    "PoolMeasurer": ("measure", "PoolMeasurer"),
+    "MeasureOptions": ("measure", "MeasureOptions"),
     "parse_target": ("target", "parse_target"),
-    "templates_for": ("template", "templates_for"),
+    "templates_for": ("strategy", "templates_for"),
 }
 
 

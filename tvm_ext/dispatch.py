@@ -22,7 +22,7 @@ from . import record as rec
 from .space import ConfigEntity
 from .target import describe, parse_target
 from .task import Task
-from .template import all_templates, templates_for
+from .strategy import all_templates, templates_for
 from .workload import Workload
 
 logger = logging.getLogger("tvm_ext")
@@ -167,7 +167,7 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
         task = Task(workload, target, template=best.task_name)
         if schedulable and not task.template.schedulable:
             continue
-        config = _as_space_config(task, best.config)
+        config = task.config_of_record(best.config)
         broken = task.space.violations(config)
         if not broken:  # the target's space accepts it: the kernel the record measured
             choice = Choice(workload, task.name, config, True, best.result.mean)
@@ -181,16 +181,6 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     if ctx is not None:
         ctx.report.choices.append(choice)
     return task, choice
-
-
-def _as_space_config(task: Task, config: ConfigEntity) -> ConfigEntity:
-    """A record's config, applied by knob name. Knobs the record lacks (a space widened since)
-    are completed by ``Task.complete`` (the space file's default, or default_expr, else the
-    fallback's value); knobs the template no longer has are ignored."""
-    given = {name: config[name] for name in task.space.knobs if name in config}
-    cfg = ConfigEntity(None, task.complete(given), config.code_hash)
-    cfg.index = task.space.index_of(cfg)
-    return cfg
 
 
 def build(workload: Workload, target=None) -> Kernel:

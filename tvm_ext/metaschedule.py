@@ -24,7 +24,7 @@ from typing import List, Optional
 import tvm
 
 from .errors import TemplateError
-from .measure.result import MeasureResult
+from .result import MeasureResult
 from .record import Record, pick_best
 from .space import ConfigEntity
 from .target import parse_target, target_str
@@ -37,14 +37,14 @@ def plain_module(wl: Workload):
     sizes, as ``tvm_ext.relax.legalize_matmul`` gives inside a Relax model, so MetaSchedule's
     database matches the two."""
     from tvm import te  # noqa: PLC0415
-    from .ops.gemm_cuda import simt_gemm_compute  # noqa: PLC0415
+    from .ops.common import matmul_compute  # noqa: PLC0415
 
     def i64(shape):
         return [tvm.tirx.IntImm("int64", d) for d in shape]
 
     A = te.placeholder(i64(wl.a_shape), wl.dtype, name="A")
     B = te.placeholder(i64(wl.b_shape), wl.dtype, name="B")
-    func = te.create_prim_func(simt_gemm_compute(wl, A, B), index_dtype_override="int64")
+    func = te.create_prim_func(matmul_compute(wl, A, B), index_dtype_override="int64")
     return tvm.IRModule({"main": func})
 
 
@@ -119,7 +119,7 @@ def export_records(records: List[Record], work_dir: str, target) -> int:
             continue  # a config from another version of the space: no decisions to give
         mod = plain_module(rec.workload)
         sch = s_tir.Schedule(mod)
-        _apply(sch, task, task.space.knob_values(index))
+        _apply(sch, task, task.space.digits(index))
         db.commit_tuning_record(database.TuningRecord(
             sch.trace, db.commit_workload(mod), run_secs=[float(c) for c in rec.result.costs],
             target=target, args_info=arg_info.ArgInfo.from_prim_func(mod["main"])))
@@ -130,7 +130,7 @@ def export_records(records: List[Record], work_dir: str, target) -> int:
 def import_records(db, target) -> List[Record]:
     """Our records from a MetaSchedule database filled by ``tune`` or ``export_records``."""
     from .relax import match_matmul  # noqa: PLC0415
-    from .template import templates_for  # noqa: PLC0415
+    from .strategy import templates_for  # noqa: PLC0415
     target = parse_target(target)
     out = []
     for rec in db.get_all_tuning_records():

@@ -17,13 +17,15 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from .errors import LogError, TvmExtError
-from .measure.result import MeasureResult
+from .result import MeasureResult
 from .space import ConfigEntity
 from .target import describe, target_machine, target_matches
 from .workload import Workload
@@ -50,18 +52,32 @@ class Record:
         return self.workload.key()
 
 
-def op_of_task(task_name: str) -> str:
-    """'dense_pack.x86' -> 'dense', 'batch_matmul_tensorcore.cuda' -> 'batch_matmul'."""
-    from .template import registered  # noqa: PLC0415
-    template = registered(task_name)
-    if template is not None:
-        return template.op
+def op_of_task(task_name: str, args=None) -> str:
+    """The op a record computes, by its meaning, without loading any template: the template
+    name's op ('dense_pack.x86' -> 'dense', 'batch_matmul_tensorcore.cuda' -> 'batch_matmul'),
+    else the rank of its first tensor argument (3-D: batch_matmul, 2-D: dense), which is how a
+    template defined outside tvm_ext names its workload."""
     base = task_name.split(".")[0]
     if base.startswith("batch_matmul"):
         return "batch_matmul"
     if base.startswith(("dense", "matmul")):
         return "dense"
-    raise LogError(f"record for unknown template '{task_name}'")
+    try:
+        rank = len(args[0][1]) if args[0][0] == "TENSOR" else None
+    except (TypeError, IndexError, KeyError):
+        rank = None
+    if rank in (2, 3):
+        return "dense" if rank == 2 else "batch_matmul"
+    raise SetAside(task_name)
+
+
+class SetAside(ValueError):
+    """A well-formed record of an operator tvm_ext has no template for (conv2d in a TopHub
+    log): set aside and counted by ``load``, never fatal."""
+
+    def __init__(self, task_name: str):
+        super().__init__(f"record for unknown template '{task_name}'")
+        self.task_name = task_name
 
 
 def encode(target: str, task_name: str, workload: Workload, config: ConfigEntity,
@@ -85,16 +101,26 @@ def decode(line: str) -> Record:
         raise ValueError("not a tuning record (needs input, config and result)")
     try:
         target, task_name, args = obj["input"][0], obj["input"][1], obj["input"][2]
-        workload = Workload.from_args(op_of_task(task_name), args)
+        workload = Workload.from_args(op_of_task(task_name, args), args)
         config = ConfigEntity.from_json_dict(obj["config"])
         costs, error_no, all_cost, timestamp = obj["result"][:4]
+    except SetAside:
+        raise
     except TvmExtError as err:
         raise ValueError(str(err)) from None
     except (TypeError, ValueError, IndexError, KeyError) as err:
         raise ValueError(f"malformed record ({type(err).__name__}: {err})") from None
+    if not isinstance(costs, list) or isinstance(error_no, bool) or \
+            not isinstance(error_no, int):
+        raise ValueError("malformed record (result needs [costs], error_no, ...)")
     numeric = [c for c in costs if isinstance(c, (int, float)) and not isinstance(c, bool)]
-    if error_no == 0 and len(numeric) != len(costs):
+    if error_no == 0 and (not costs or len(numeric) != len(costs)):
         raise ValueError("record without error has non-numeric costs")
+    if error_no == 0 and not all(math.isfinite(c) and c > 0 for c in numeric):
+        # A zero cost would be an infinitely fast kernel, a negative one a nonsense time: the
+        # record cannot rank kernels, so it is refused rather than applied.
+        raise ValueError(f"record without error has a cost that is not a positive number "
+                         f"({', '.join(repr(c) for c in numeric)})")
     msg = "" if error_no == 0 else "; ".join(str(c) for c in costs if c not in numeric)
     result = MeasureResult([float(c) for c in numeric] if error_no == 0 else [], int(error_no),
                            float(all_cost), float(timestamp), msg)
@@ -102,9 +128,63 @@ def decode(line: str) -> Record:
 
 
 def load(path: Union[str, os.PathLike]) -> List[Record]:
-    """All records of a log. A missing or unreadable file, or a corrupt line that is not the
-    last, raises LogError naming the file and line; an unfinished last line is skipped with one
-    warning."""
+    """All records of a log (see ``load_log``); records set aside are named in one line."""
+    records, set_aside = load_log(path)
+    if set_aside:
+        logger.info("tvm_ext: %s: %s", path, set_aside_line(set_aside))
+    return records
+
+
+def set_aside_line(set_aside: Counter) -> str:
+    counts = ", ".join(f"{name}: {n}" for name, n in sorted(set_aside.items()))
+    return (f"{sum(set_aside.values())} records of templates this version does not have were "
+            f"set aside ({counts})")
+
+
+def load_log(path: Union[str, os.PathLike]) -> Tuple[List[Record], Counter]:
+    """(records, {template: count} of the records set aside) of a log.
+
+    A missing or unreadable file, a file whose first line is not a record (not a tuning log:
+    a user's JSON file), or a corrupt line that is not the last raises LogError naming the file
+    and line; an unfinished last line (a writer killed mid-line) is skipped with one warning;
+    records of operators we have no template for (conv2d in a TopHub log) are set aside."""
+    text, p = _read_text(path)
+    lines = text.split("\n")
+    unfinished = not text.endswith("\n")
+    records: List[Record] = []
+    set_aside: Counter = Counter()
+    first = True
+    for i, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            rec = decode(line)
+        except SetAside as err:
+            set_aside[err.task_name] += 1
+            first = False
+            continue
+        except ValueError as err:
+            if first and not _looks_like_record(line):
+                raise LogError(f"{p} is not a tuning log (line {i} is not a record: {err})") \
+                    from None
+            if (i == len(lines) and unfinished) or \
+                    (i < len(lines) and lines[i].strip() == UNFINISHED_MARK):
+                logger.warning("tvm_ext: %s:%d: skipped an unfinished record (%s)", p, i, err)
+                continue
+            raise LogError(f"{p}:{i}: corrupt record: {err}") from None
+        first = False
+        rec.line_no = i
+        records.append(rec)
+    return records, set_aside
+
+
+def _looks_like_record(line: str) -> bool:
+    """Whether a line that does not decode is the start of a record (cut by a killed writer)
+    rather than some other text: a record line opens with its "input" key."""
+    return line.lstrip().startswith('{"input"')
+
+
+def _read_text(path) -> Tuple[str, Path]:
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -115,33 +195,22 @@ def load(path: Union[str, os.PathLike]) -> List[Record]:
     except OSError as err:
         raise LogError(f"cannot read log {p}: {err.strerror or err}") from None
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8"), p
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
         raise LogError(f"{p}:{line}: corrupt record (not UTF-8 text)") from None
-    lines = text.split("\n")
-    unfinished = not text.endswith("\n")
-    records = []
-    for i, line in enumerate(lines, start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        try:
-            rec = decode(line)
-        except ValueError as err:
-            if (i == len(lines) and unfinished) or \
-                    (i < len(lines) and lines[i].strip() == UNFINISHED_MARK):
-                logger.warning("tvm_ext: %s:%d: skipped an unfinished record (%s)", p, i, err)
-                continue
-            raise LogError(f"{p}:{i}: corrupt record: {err}") from None
-        rec.line_no = i
-        records.append(rec)
-    return records
 
 
 @contextlib.contextmanager
 def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """The log open for appending under an exclusive lock; LogError (one line naming the log)
+    where it cannot be opened: a missing folder that cannot be made, a read-only place, a path
+    under a regular file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise LogError(f"cannot write log {path}: {err.strerror or err}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd
@@ -150,9 +219,22 @@ def _locked(path: Path):
         os.close(fd)
 
 
+def check_appendable(path: Union[str, os.PathLike]) -> None:
+    """Before anything is measured: the log can be opened for appending (it is created if it
+    does not exist), and an existing file is a tuning log (its first line is a record), so a
+    user's other file is never appended to. LogError otherwise; the file is left as it was."""
+    p = Path(path)
+    if p.exists():
+        load_log(p)  # not a log, or a corrupt middle line: LogError before any write
+    with _locked(p):
+        pass
+
+
 def append(path: Union[str, os.PathLike], lines: Iterable[str]) -> None:
     """Append encoded records under an exclusive lock, then fsync. If the file ends with an
-    unfinished line (a killed writer), that line is closed and marked first (never removed)."""
+    unfinished line (a killed writer), that line is closed and marked first (never removed).
+    Everything is written or nothing: a short write (a full disk) is undone back to the old
+    end of the file and raises LogError naming the log."""
     p = Path(path)
     payload = "".join(line.rstrip("\n") + "\n" for line in lines)
     if not payload:
@@ -164,19 +246,42 @@ def append(path: Union[str, os.PathLike], lines: Iterable[str]) -> None:
                 f.seek(size - 1)
                 if f.read(1) != b"\n":
                     payload = "\n" + UNFINISHED_MARK + "\n" + payload
-        os.write(fd, payload.encode())
-        os.fsync(fd)
+        data = payload.encode()
+        try:
+            written = 0
+            while written < len(data):  # os.write may write less than asked
+                n = os.write(fd, data[written:])
+                if n <= 0:
+                    raise OSError(28, "no space left on device")
+                written += n
+            os.fsync(fd)
+        except OSError as err:
+            try:
+                os.ftruncate(fd, size)  # our own partial line goes; the old bytes stay
+            except OSError:
+                pass
+            raise LogError(f"cannot append to log {p}: {err.strerror or err} "
+                           f"({len(lines_of(payload))} records not written)") from None
+
+
+def lines_of(payload: str) -> List[str]:
+    return [ln for ln in payload.split("\n") if ln and ln != UNFINISHED_MARK]
 
 
 class LogWriter:
-    """Tuning callback that appends each measured batch to a log."""
+    """Tuning callback that appends each measured batch to a log. Lines that could not be
+    written stay in ``pending`` (and are tried again with the next batch); the LogError then
+    ends tuning with one line naming the log."""
 
     def __init__(self, path):
         self.path = Path(path)
+        self.pending: List[str] = []
 
     def __call__(self, task, configs, results):
-        append(self.path, (encode(task.target_str, task.name, task.workload, c, r)
-                           for c, r in zip(configs, results)))
+        self.pending += [encode(task.target_str, task.name, task.workload, c, r)
+                         for c, r in zip(configs, results)]
+        append(self.path, self.pending)
+        self.pending = []
 
 
 def for_target(records: Sequence[Record], target) -> List[Record]:

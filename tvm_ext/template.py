@@ -1,32 +1,25 @@
-"""The template registry and the per-op strategy table.
+"""What a template is: two peer kinds, one per way of making a kernel from a config.
 
-A template is a TOPI-style pair for one op on one kind of target:
+- ``ScheduleTemplate``: a TOPI-style pair. ``compute(workload, cfg)`` returns TE tensors
+  ``[inputs..., output]`` (a config may change the compute, e.g. the packing width of a packed
+  layout or split-K); ``schedule(sch, cfg, workload, facts)`` schedules the PrimFunc made from
+  them with ``tvm.s_tir.Schedule``. Its schedule also works on a fused Relax function whose first
+  block is the matmul, so such templates serve fused epilogues and MetaSchedule.
+- ``KernelTemplate``: ``kernel(workload, cfg, facts, target)`` writes the PrimFunc itself, for
+  instructions TVM's schedule primitives cannot reach (wgmma). It has no schedule.
 
-- ``compute(workload, cfg)`` returns TE tensors ``[inputs..., output]`` (a config may change the
-  compute, e.g. the packing width of a packed layout),
-- ``schedule(sch, cfg, workload, facts)`` schedules the PrimFunc made from them with
-  ``tvm.s_tir.Schedule``,
-- its knobs are data in ``tuning_spaces/<name>.json`` (axes named M, N, K, B),
-- ``fallback(space, workload, facts)`` gives the knob values to use without a tuned record,
-- ``check(workload, facts)`` returns None when the template applies, else the reason it does not.
+Both have the same rest: knobs as data in ``tuning_spaces/<name>.json`` (axes named M, N, K, B),
+``fallback(space, workload, facts)`` -> knob values to use without a tuned record, and
+``check(workload, facts)`` -> None when the template applies, else the reason it does not.
 
-A template may instead write its kernel itself: ``kernel(workload, cfg, facts, target)`` returns
-the PrimFunc (the wgmma templates, whose instruction TVM's schedules cannot reach). Such a
-template has no schedule for Relax's fused epilogues or MetaSchedule (``schedulable`` is False).
-
-``templates_for(workload, target)`` is the strategy: every template that applies, best first.
+Which templates exist, and which apply to a workload, is ``tvm_ext.strategy``'s job.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from .errors import TemplateError
-
-_REGISTRY: Dict[str, "Template"] = {}
-_OP_MODULES = ("tvm_ext.ops.batch_matmul", "tvm_ext.ops.dense", "tvm_ext.ops.tensorcore",
-               "tvm_ext.ops.wgmma")
+ALL_LAYOUTS = ("NN", "NT", "TN", "TT")
 
 
 @dataclass(frozen=True)
@@ -34,25 +27,28 @@ class Template:
     name: str
     op: str
     target_kind: str
-    compute: Callable
-    schedule: Callable
     fallback: Callable
     check: Callable
     dtypes: Tuple[str, ...]
-    layouts: Tuple[str, ...] = ("NN", "NT", "TN", "TT")
+    layouts: Tuple[str, ...] = ALL_LAYOUTS
+    # Among the templates that apply, the highest priority is the default.
     priority: int = 0
-    # Imports a template needs before scheduling (e.g. tensor intrinsics): kept lazy.
+    # Imports a template needs before it makes a kernel (tensor intrinsics): kept lazy, so that
+    # neither the CLI nor a build worker pays for them unless the template is used.
     prepare: Optional[Callable] = None
     # PassContext options the template's kernels must be compiled with.
     pass_config: Dict[str, Any] = field(default_factory=dict)
-    extra: Dict[str, Any] = field(default_factory=dict)
-    # kernel(workload, cfg, facts, target) -> PrimFunc, for templates that write the kernel
-    kernel: Optional[Callable] = None
+    # For a template defined outside tvm_ext (a user's, a test's): folders a measurement worker
+    # puts on sys.path before importing the module that defines (and registers) it.
+    source_paths: Tuple[str, ...] = ()
+
+    # Whether ``schedule`` works on a TensorIR matmul (a fused Relax function, MetaSchedule).
+    schedulable = False
 
     @property
-    def schedulable(self) -> bool:
-        """Whether ``schedule`` works on a TensorIR matmul (not so for kernel templates)."""
-        return self.kernel is None
+    def module(self) -> str:
+        """The module that defines the template (a worker imports it to find a user's)."""
+        raise NotImplementedError
 
     def why_not(self, workload, facts) -> Optional[str]:
         if workload.op != self.op:
@@ -63,56 +59,47 @@ class Template:
             return f"layout {workload.layout} (supported: {', '.join(self.layouts)})"
         return self.check(workload, facts)
 
-
-def register_template(template: Template) -> Template:
-    if template.name in _REGISTRY:
-        raise ValueError(f"template {template.name} registered twice")
-    _REGISTRY[template.name] = template
-    return template
+    def make_func(self, workload, config, facts, target):
+        """The kernel's PrimFunc for a config (any exception: the config cannot be built)."""
+        raise NotImplementedError
 
 
-def _load_ops():
-    for mod in _OP_MODULES:
-        importlib.import_module(mod)
+@dataclass(frozen=True)
+class ScheduleTemplate(Template):
+    compute: Callable = None
+    schedule: Callable = None
+
+    schedulable = True
+
+    def __post_init__(self):
+        if self.compute is None or self.schedule is None:
+            raise TypeError(f"ScheduleTemplate {self.name} needs compute and schedule")
+
+    @property
+    def module(self) -> str:
+        return self.compute.__module__
+
+    def make_func(self, workload, config, facts, target):
+        import tvm  # noqa: PLC0415
+        from tvm import s_tir, te  # noqa: PLC0415
+
+        tensors = self.compute(workload, config)
+        sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
+        self.schedule(sch, config, workload, facts)
+        return sch.mod["main"]
 
 
-def get_template(name: str) -> Template:
-    _load_ops()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise TemplateError(f"unknown template '{name}' (known: {', '.join(sorted(_REGISTRY))})")\
-            from None
+@dataclass(frozen=True)
+class KernelTemplate(Template):
+    kernel: Callable = None
 
+    def __post_init__(self):
+        if self.kernel is None:
+            raise TypeError(f"KernelTemplate {self.name} needs kernel")
 
-def registered(name: str) -> Optional[Template]:
-    _load_ops()
-    return _REGISTRY.get(name)
+    @property
+    def module(self) -> str:
+        return self.kernel.__module__
 
-
-def all_templates() -> List[Template]:
-    _load_ops()
-    return sorted(_REGISTRY.values(), key=lambda t: t.name)
-
-
-def templates_for(workload, target, facts=None, *, schedulable=False) -> List[Template]:
-    """Templates that apply to a workload on a target, highest priority first (only those with
-    a schedule if ``schedulable``); a one-line error naming why none does."""
-    from .target import hardware_facts, target_info  # noqa: PLC0415
-
-    _load_ops()
-    kind = target_info(target)["kind"]
-    facts = facts or hardware_facts(target, workload.dtype)
-    found, reasons = [], []
-    for t in _REGISTRY.values():
-        if t.op != workload.op or t.target_kind != kind or schedulable and not t.schedulable:
-            continue
-        why = t.why_not(workload, facts)
-        if why is None:
-            found.append(t)
-        else:
-            reasons.append(f"{t.name}: {why}")
-    if not found:
-        detail = "; ".join(reasons) if reasons else f"no {workload.op} template for {kind}"
-        raise TemplateError(f"no template for {workload} on {kind}: {detail}")
-    return sorted(found, key=lambda t: -t.priority)
+    def make_func(self, workload, config, facts, target):
+        return self.kernel(workload, config, facts, target)

@@ -170,31 +170,27 @@ def _join_values(argv: List[str]) -> List[str]:
     return out
 
 
-def _measurer(args):
-    from .measure import LocalMeasurer  # noqa: PLC0415
+def _measure_options(args):
+    """The measurement options of the command line, as one typed object (a clear error for
+    bad ones, before anything is built)."""
+    from .measure import MeasureOptions, RPCConfig, RunOptions  # noqa: PLC0415
     from .measure.local import device_for  # noqa: PLC0415
-    from .measure.pool import PoolMeasurer, RPCConfig  # noqa: PLC0415
     from .measure.timing import resolve  # noqa: PLC0415
     if not args.rpc_tracker:
         resolve(args.timing, device_for(args.target_obj))  # a clear error before any build
-    if args.local:
-        return LocalMeasurer(number=args.number, repeat=args.repeat, seed=args.seed,
-                             timing=args.timing)
     try:
-        devices = [int(d) for d in args.devices.split(",") if d.strip()]
+        devices = tuple(int(d) for d in args.devices.split(",") if d.strip())
     except ValueError:
         raise TvmExtError(f"--devices must be comma-separated integers, got '{args.devices}'")\
             from None
     rpc = RPCConfig.parse(args.rpc_tracker, args.rpc_key) if args.rpc_tracker else None
     if args.rpc_key and not args.rpc_tracker:
         raise TvmExtError("--rpc-key needs --rpc-tracker host:port")
-    # CUDA libraries are compiled when loaded: 4 loaders per GPU keep nvcc off the critical path.
-    loaders = 4 if args.target_obj.kind.name == "cuda" else 1
-    return PoolMeasurer(n_parallel=args.n_parallel, build_timeout=args.build_timeout,
-                        run_timeout=args.run_timeout, devices=devices or [0], rpc=rpc,
-                        number=args.number, repeat=args.repeat, seed=args.seed,
-                        cache_flush=args.cache_flush, runners_per_device=loaders,
-                        timing=args.timing)
+    run = RunOptions(number=args.number, repeat=args.repeat, seed=args.seed,
+                     cache_flush=args.cache_flush, timing=args.timing)
+    return MeasureOptions(run=run, n_parallel=args.n_parallel, build_timeout=args.build_timeout,
+                          run_timeout=args.run_timeout, devices=devices or (0,), rpc=rpc,
+                          local=args.local)
 
 
 def _tune_model(args) -> int:
@@ -213,13 +209,8 @@ def _tune_model(args) -> int:
     if log.exists():
         record.check_target(record.load(log), args.target_obj, log)
     print(f"log: {log}; {args.trials} trials split by call count x flops")
-    measurer = _measurer(args)
-    try:
-        results = tune_model(mod, args.target_obj, trials=args.trials, log=log,
-                             tuner=args.tuner, seed=args.seed, measurer=measurer)
-    finally:
-        if hasattr(measurer, "close"):
-            measurer.close()
+    results = tune_model(mod, args.target_obj, trials=args.trials, log=log, tuner=args.tuner,
+                         seed=args.seed, measure_options=_measure_options(args))
     for wl, n, budget, s in results:
         print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s")
     return 0
@@ -268,7 +259,7 @@ def _templates(args, wl) -> List[str]:
     tuned each template of an op as its own task)."""
     import json  # noqa: PLC0415
 
-    from .template import templates_for  # noqa: PLC0415
+    from .strategy import templates_for  # noqa: PLC0415
     if args.template:
         return [args.template]
     if args.space:
@@ -282,7 +273,6 @@ def _templates(args, wl) -> List[str]:
 
 
 def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
-    from . import record  # noqa: PLC0415
     from .target import describe  # noqa: PLC0415
     from .task import Task  # noqa: PLC0415
     task = Task(wl, args.target_obj, template=template, space_file=args.space)
@@ -296,49 +286,37 @@ def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
         print(f"fallback: {task.fallback_config()}")
         return 0
 
-    from .tuner import XGBTuner, make_tuner, warm_start  # noqa: PLC0415
-    tuner = make_tuner(args.tuner, space, seed=args.seed)
-    if isinstance(tuner, XGBTuner):
-        tuner.loop_features = task.loop_features
-    for path in args.transfer or []:
-        n = warm_start(tuner, task, record.for_target(record.load(path), task.target))
+    from . import session  # noqa: PLC0415
+    prepared = session.prepare(task, tuner=args.tuner, seed=args.seed, log=log,
+                               resume=args.resume, transfer=args.transfer or [])
+    for path, n in prepared.transferred:
         print(f"transfer: {n} records of {task.name} for other workloads from {path}")
-    if log.exists():
-        records = record.load(log)  # corrupt middle line -> LogError, nothing written
-        record.check_target(records, task.target, log)
-        previous = [r for r in record.for_target(records, task.target)
-                    if r.key() == wl.key() and r.task_name == task.name]
-        if args.resume:
-            known = [(space.index_of(r.config), r.result.mean) for r in previous]
-            known = [(i, c) for i, c in known if i is not None]
-            tuner.load_history([i for i, _ in known], [c for _, c in known])
-            print(f"resume: {len(known)} configs of this task already in {log}; "
+    if prepared.resumed is not None:
+        if log.exists():
+            print(f"resume: {prepared.resumed} configs of this task already in {log}; "
                   f"measuring up to {trials} new ones")
-    elif args.resume:
-        print(f"resume: {log} does not exist yet; starting a new log")
+        else:
+            print(f"resume: {log} does not exist yet; starting a new log")
 
     if args.dry_run:
         fb = task.fallback_config()
         task.instantiate(fb)
         print(f"fallback config (schedules fine): {fb}")
         print(f"first proposals of the {args.tuner} tuner:")
-        for i in tuner.ask(min(trials, 5)):
+        for i in prepared.tuner.ask(min(trials, 5)):
             print(f"  {space.get(i)}")
         print(f"would measure {trials} configs into {log}")
         return 0
 
-    from .tuner import tune  # noqa: PLC0415
-    measurer = _measurer(args)
+    options = _measure_options(args)
     print(f"log: {log}")
     progress = Progress(trials, args.quiet)
     try:
-        summary = tune(task, tuner, measurer, n_trial=trials, batch_size=args.batch_size,
-                       early_stopping=args.early_stopping,
-                       callbacks=[record.LogWriter(log), progress])
+        summary = session.tune_task(task, log, trials=trials, tuner=prepared,
+                                    measure_options=options, batch_size=args.batch_size,
+                                    early_stopping=args.early_stopping, callbacks=[progress])
     finally:
         progress.close()
-        if hasattr(measurer, "close"):
-            measurer.close()
     print(f"measured {summary.trials} configs of {task.name} in {summary.elapsed:.1f}s "
           f"({summary.errors} failed) into {log}")
     return 0

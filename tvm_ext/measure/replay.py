@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from .. import record
-from .result import MeasureErrorNo, MeasureResult
+from ..result import MeasureErrorNo, MeasureResult
 
 
 class ReplayMeasurer:

@@ -1,3 +1,9 @@
-"""One module per template family: compute + schedule + fallback config + applicability.
+"""The templates, one module (or package) per family. Each defines its templates as module
+constants; ``tvm_ext.strategy`` lists them. Nothing registers itself at import.
 
-Importing a module registers its templates (``tvm_ext.template``)."""
+- ``common``: the plain matmul compute, block names, factor helpers
+- ``x86_gemm``: batch_matmul.x86, dense_pack.x86 (packed CPU GEMM)
+- ``cuda_simt``: batch_matmul.cuda, dense_large_batch.cuda, dense_small_batch.cuda
+- ``cuda_tensorcore``: *_tensorcore.cuda (wmma), *_mma.cuda (mma.sync)
+- ``cuda_wgmma``: *_wgmma.cuda (Hopper)
+"""

@@ -1,11 +1,14 @@
 """Tuners: ask/tell objects over a ConfigSpace, one constructor shape
-``Tuner(space, *, seed=None, **options)``, and the driver loop ``tune``."""
+``Tuner(space, *, seed=None, **options)``; ``transfer`` warm-starts a tuner from records of
+other workloads; ``features`` reads loop-structure features from a scheduled kernel. The loop
+that drives a tuner is ``tvm_ext.session``'s."""
 import functools
 
-from .base import Tuner, TuneSummary, tune
+from .base import Tuner
 from .ga import GATuner
 from .grid import GridSearchTuner
 from .random import RandomTuner
+from .transfer import warm_start
 from .xgb import XGBTuner
 
 TUNERS = {"random": RandomTuner, "grid": GridSearchTuner, "ga": GATuner, "xgb": XGBTuner,
@@ -21,29 +24,5 @@ def make_tuner(name: str, space, *, seed=None, **options) -> Tuner:
     return cls(space, seed=seed, **options)
 
 
-def warm_start(tuner: Tuner, task, records) -> int:
-    """Transfer learning: give an XGB tuner the valid records of the same template for other
-    workloads (their features come from their own spaces). Returns how many were used."""
-    if not isinstance(tuner, XGBTuner):
-        return 0
-    from ..task import Task  # noqa: PLC0415
-    feats, thr, groups, spaces = [], [], [], {}
-    for r in records:
-        if r.task_name != task.name or r.key() == task.workload.key() or not r.result.ok:
-            continue
-        if r.key() not in spaces:
-            spaces[r.key()] = Task(r.workload, task.target, template=task.name,
-                                   space_file=task.space_file).space
-        space = spaces[r.key()]
-        if set(space.knobs) != set(r.config):
-            continue
-        feats.append(space.features(r.config))
-        thr.append(1.0 / r.result.mean)
-        groups.append(r.key())
-    if feats:
-        tuner.add_transfer(feats, thr, groups)
-    return len(feats)
-
-
-__all__ = ["Tuner", "TuneSummary", "tune", "RandomTuner", "GridSearchTuner", "GATuner",
+__all__ = ["Tuner", "RandomTuner", "GridSearchTuner", "GATuner",
            "XGBTuner", "TUNERS", "make_tuner", "warm_start"]

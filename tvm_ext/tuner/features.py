@@ -90,3 +90,9 @@ def loop_features(func) -> np.ndarray:
                        _log2(acc["unrolled"]), _log2(acc["serial_inner"]), acc["tx"], acc["ty"],
                        _log2(acc["blocks"]), _log2(acc["shared"]), _log2(acc["local"]),
                        _log2(acc["global"]), acc["sblocks"], acc["depth"]], dtype=np.float32)
+
+
+def task_loop_features(task):
+    """``index -> loop_features`` of a task's scheduled config: what XGB's ``loop_features``
+    takes (the task is duck-typed: the tuner package sits above it)."""
+    return lambda index: loop_features(task.instantiate(task.space.get(index)))

@@ -32,7 +32,7 @@ class GATuner(PlanningTuner):
         parents = ranked[:max(self.elite_num, self.pop_size // 2)]
         weights = np.asarray([self.scores[i] for i in parents]) + 1e-12
         weights /= weights.sum()
-        genes = [self.space.knob_values(i) for i in parents]
+        genes = [self.space.digits(i) for i in parents]
         radix = self.space.radix
         children: List[int] = []
         tries = 0

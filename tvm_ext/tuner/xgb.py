@@ -7,8 +7,8 @@ model cannot trap the search). Until ``min_data`` results exist, proposals are r
 
 Features: the space's knob features (resolved split sizes, knob values, ...); with
 ``loop_features`` (a callable index -> vector, e.g. from the scheduled TensorIR, see
-``Task.loop_features``) the annealing still walks with the cheap knob model and the final pool
-of candidates is re-ranked by a model over knob + loop features.
+``features.task_loop_features``) the annealing still walks with the cheap knob model and the final
+pool of candidates is re-ranked by a model over knob + loop features.
 
 Losses: ``rank`` (pairwise ranking: only the order of configs matters) or ``reg`` (squared error
 on normalised throughput).
@@ -114,7 +114,7 @@ class XGBTuner(PlanningTuner):
 
     # ---- proposal ----
     def _neighbour(self, i: int) -> int:
-        digits = self.space.knob_values(i)
+        digits = self.space.digits(i)
         k = int(self.rng.integers(len(digits)))
         r = self.space.radix[k]
         if r > 1:

@@ -1,0 +1,99 @@
+"""CUDA templates: CUDA source for sm_80 and sm_90 that nvcc compiles (no GPU needed), over
+sampled configs of every space; numerics on a GPU (``-m gpu``) for every layout and dtype."""
+import shutil
+
+import pytest
+
+from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+CASES = [("batch_matmul.cuda", "batch_matmul", (2, 64, 128, 32)),
+         ("dense_large_batch.cuda", "dense", (64, 96, 64)),
+         ("dense_small_batch.cuda", "dense", (4, 96, 64))]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("template,op,shape", CASES)
+def test_codegen_compiles_with_nvcc(arch, template, op, shape):
+    target = cuda_target(arch)
+    for seed, (dtype, layout) in enumerate([("float32", "NT"), ("float16", "NN"),
+                                            ("float32", "TN")]):
+        wl = Workload.create(op, shape, dtype, layout=layout)
+        task = Task(wl, target, template=template)
+        for cfg in sample_configs(task, 2, seed):
+            assert task.space.is_valid(cfg) or cfg.is_fallback
+            src = cuda_source(task, cfg)
+            assert "__global__" in src
+            assert len(nvcc_cubin(src, target, arch)) > 1000, cfg
+
+
+def _interleaved(wl, iy, ix, **extra):
+    """A K-major 16x16-thread config with an 8x8 register tile, interleaved as asked."""
+    return {"tile_y": [-1, 16, 8], "tile_x": [-1, 16, 8], "tile_k": [-1, 8],
+            "auto_unroll_max_step": 512, "unroll_explicit": 0, "vec": 1, "offset": 4,
+            "double_buffer": 1, "kmajor": 1, "interleave_y": iy, "interleave_x": ix, **extra}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("op,shape,layout", [("dense", (256, 256, 64), "NN"),
+                                             ("batch_matmul", (2, 256, 128, 64), "NT")])
+def test_interleaved_thread_tile_reads_strided_vectors(op, shape, layout):
+    """interleave_y = interleave_x = 2: each thread reads two 4-wide sub-tiles 64 rows (columns)
+    apart from the K-major shared tiles, as float4 (neighbouring threads 16 bytes apart: no
+    bank conflict), and writes its output rows as float4; nvcc compiles it."""
+    target = cuda_target("sm_90")
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, target, template=f"{'batch_matmul' if op != 'dense' else 'dense_large_batch'}"
+                                     ".cuda")
+    cfg = task.config_with(_interleaved(wl, 2, 2))
+    assert task.space.is_valid(cfg)
+    src = cuda_source(task, cfg)
+    for operand, thread in (("A", "threadIdx.y"), ("B", "threadIdx.x")):
+        reads = [line for line in src.splitlines()
+                 if f"= *(float4*)({operand}_shared_ptr" in line and thread in line]
+        # A pair per ki step (twice: the pipeline's steady state and its last tile).
+        assert reads and len(reads) % 2 == 0, reads
+        assert all(f"(((int){thread}) * 4)" in r for r in reads), reads
+        assert any(r.endswith("+ 64));") for r in reads), reads
+    assert "*(float4*)(C_ptr" in src
+    assert len(nvcc_cubin(src, target, "sm_90")) > 1000
+
+
+def test_interleave_defaults_to_the_old_kernel():
+    """A record written before the interleave knobs replays with their default, 1 (the kernel
+    it was measured with); the fallback does not interleave."""
+    from tvm_ext.space import ConfigEntity
+    target = cuda_target("sm_90")
+    task = Task(Workload.create("dense", (256, 256, 64), layout="NN"), target,
+                template="dense_large_batch.cuda")
+    now = task.config_with(_interleaved(task.workload, 1, 1))
+    entity = [e for e in now.to_json_dict()["entity"] if not e[0].startswith("interleave")]
+    old = task.config_of_record(ConfigEntity.from_json_dict({"index": None, "entity": entity}))
+    assert old["interleave_y"].val == old["interleave_x"].val == 1
+    assert cuda_source(task, old) == cuda_source(task, now)
+    fallback = task.fallback_config()
+    assert fallback["interleave_y"].val == fallback["interleave_x"].val == 1
+
+
+def test_strategy_picks_small_batch_for_few_rows():
+    from tvm_ext.strategy import templates_for
+    target = cuda_target("sm_90")
+    names = [t.name for t in templates_for(Workload.create("dense", (8, 256, 256)), target)]
+    assert names == ["dense_small_batch.cuda", "dense_large_batch.cuda"]
+    names = [t.name for t in templates_for(Workload.create("dense", (256, 256, 256)), target)]
+    assert names == ["dense_large_batch.cuda"]
+
+
+def test_space_prunes_over_the_limits():
+    task = Task(Workload.create("batch_matmul", (4, 256, 256, 256)), cuda_target("sm_90"))
+    for i in list(task.space.valid_indices(limit=300)):
+        c = task.space.get(i)
+        threads = c["tile_y"].size[1] * c["tile_x"].size[1]
+        assert 32 <= threads <= 1024
+        assert c["tile_y"].size[2] * c["tile_x"].size[2] <= 128
+    assert task.space.is_valid(task.fallback_config())
+
+

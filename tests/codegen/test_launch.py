@@ -1,0 +1,81 @@
+"""Programmatic dependent launch (tvm_ext/codegen.py): on sm_90 every kernel of every CUDA
+template opens with griddepcontrol.wait before it touches global memory and is launched with
+TVM's PDL flag; not on sm_80, nor with TVM_EXT_PDL=0."""
+import re
+
+import pytest
+
+from tvm_ext.codegen import PDL_TAG
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+CASES = [  # template, workload, knob values (split_k 2: two kernels)
+    ("dense_mma.cuda", Workload.create("dense", (64, 128, 4096), "float16", "float16"),
+     {"split_k": 2}),
+    ("dense_wgmma.cuda", Workload.create("dense", (128, 256, 256), "float16", "float16"), {}),
+    ("batch_matmul_tensorcore.cuda",
+     Workload.create("batch_matmul", (2, 64, 64, 64), "int8", "int32"), {}),
+    ("batch_matmul.cuda", Workload.create("batch_matmul", (2, 64, 64, 64)), {}),
+    ("dense_small_batch.cuda", Workload.create("dense", (1, 256, 256), "float16"), {}),
+]
+
+
+def _kernels(src):
+    """(parameter names, body) of each kernel definition of a CUDA source."""
+    found = list(re.finditer(
+        r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?\w+\(([^)]*)\) \{', src))
+    ends = [m.start() for m in found[1:]] + [len(src)]
+    return [(re.findall(r"(\w+)(?:,|$)", m.group(1)), src[m.end():e])
+            for m, e in zip(found, ends)]
+
+
+def _build(template, wl, values, arch, tmp_path):
+    task = Task(wl, cuda_target(arch), template=template)
+    cfg = task.config_with(values)
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    ex = task.build(cfg)
+    lib = tmp_path / f"{template}_{arch}.so"
+    ex.mod.export_library(str(lib))
+    return ex.mod.imports[0].inspect_source(), lib.read_bytes()
+
+
+@pytest.mark.parametrize("template,wl,values", CASES, ids=[c[0] for c in CASES])
+def test_sm90_kernels_wait_for_the_grid_before_any_global_access(template, wl, values,
+                                                                 tmp_path):
+    src, lib = _build(template, wl, values, "sm_90", tmp_path)
+    kernels = _kernels(src)
+    assert len(kernels) == (2 if values.get("split_k") else 1)
+    for params, body in kernels:
+        wait = body.index("tvm_builtin_ptx_griddepcontrol_wait();")
+        assert body.index("tvm_builtin_ptx_griddepcontrol_launch_dependents();") > wait
+        first_global = min(m.start() for p in params for m in re.finditer(rf"\b{p}\b", body))
+        assert wait < first_global, (params, body[:600])
+    assert lib.count(PDL_TAG.encode()) == len(kernels)  # the launch flag of each kernel
+
+
+@pytest.mark.parametrize("arch,env", [("sm_80", None), ("sm_90", "0")])
+def test_no_dependent_launch_before_sm90_or_when_turned_off(arch, env, monkeypatch, tmp_path):
+    if env is not None:
+        monkeypatch.setenv("TVM_EXT_PDL", env)
+    template, wl, values = CASES[0]
+    src, lib = _build(template, wl, values, arch, tmp_path)
+    assert "griddepcontrol" not in src and PDL_TAG.encode() not in lib
+
+
+def test_a_kernel_it_cannot_open_is_an_error():
+    """A launch nest under a statement that ``with_dependent_launch`` does not walk (here an
+    IfThenElse) would get the launch flag without its wait: refused."""
+    from tvm import tirx
+    from tvm.script import tirx as T
+    from tvm_ext.codegen import with_dependent_launch
+
+    @T.prim_func
+    def kernel(A: T.Buffer((64,), "float32"), n: T.int32):
+        if n > 0:
+            tx = T.launch_thread("threadIdx.x", 64)
+            A[tx] = T.float32(0)
+
+    assert isinstance(kernel.body, tirx.IfThenElse)
+    with pytest.raises(ValueError, match="IfThenElse"):
+        with_dependent_launch(kernel)

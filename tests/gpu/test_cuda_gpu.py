@@ -1,0 +1,54 @@
+"""CUDA-core templates on a GPU: numerics of sampled configs for every layout and dtype."""
+import zlib
+
+import numpy as np
+import pytest
+
+from cuda_helpers import sample_configs
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+from tvm_ext.measure.check import random_inputs, reference_matmul, tolerance
+
+CASES = [("batch_matmul.cuda", "batch_matmul", (2, 64, 128, 32)),
+         ("dense_large_batch.cuda", "dense", (64, 96, 64)),
+         ("dense_small_batch.cuda", "dense", (4, 96, 64))]
+
+
+def _interleaved_variants(task, n, seed):
+    """Up to n valid configs: sampled ones with interleaved thread tiles (both axes, else one),
+    so that every case interleaves whatever the sample drew for those knobs."""
+    out = []
+    for cfg in sample_configs(task, 4 * n, seed):
+        for il in ((2, 2), (2, 1), (1, 2)):
+            v = task.space.config_from_values(
+                {**cfg.values_dict(), "interleave_y": il[0], "interleave_x": il[1]},
+                fallback=False)
+            if task.space.is_valid(v):
+                out.append(v)
+                break
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template,op,shape,interleave",
+                         [(*c, False) for c in CASES] + [(*c, True) for c in CASES[:2]])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_numerics_on_gpu(template, op, shape, interleave, dtype, layout):
+    """Sampled configs of every template, and interleaved ones of the two tiled templates."""
+    import tvm
+    from tvm_ext.dispatch import Choice, Kernel
+    wl = Workload.create(op, shape, dtype, layout=layout)
+    task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")),
+                template=template)
+    rng = np.random.default_rng(zlib.crc32(f"{template}{dtype}{layout}{interleave}".encode()))
+    a, b = random_inputs(task.workload, rng)
+    ref = reference_matmul(wl, a, b)
+    configs = _interleaved_variants(task, 3, 2) if interleave else sample_configs(task, 2, 1)
+    assert configs
+    for cfg in configs:
+        kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
+        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))

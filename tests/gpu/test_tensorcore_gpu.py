@@ -1,0 +1,89 @@
+"""TensorCore templates (wmma and mma.sync) on a GPU: numerics for every dtype x layout x
+alignment case and split-K, measured in parallel through the isolated pool measurer."""
+
+import pytest
+
+from cuda_helpers import (pool_failures, random_valid,
+                          sample_configs)
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+TEMPLATES = ["dense_tensorcore.cuda", "dense_mma.cuda", "batch_matmul_tensorcore.cuda",
+             "batch_matmul_mma.cuda"]
+ALIGNED = {"dense": (128, 64, 128), "batch_matmul": (2, 64, 128, 64)}
+UNALIGNED = {"dense": (100, 72, 200), "batch_matmul": (3, 50, 70, 56)}
+
+
+def _op(template):
+    return "dense" if template.startswith("dense") else "batch_matmul"
+
+
+def _gpu_cases(template):
+    """(template, workload, random configs besides the fallback): 2 dtypes x 4 layouts x
+    {aligned, unaligned}, and f16 -> f16 aligned and unaligned."""
+    op = _op(template)
+    cases = []
+    for dtype, out in (("float16", "float32"), ("int8", "int32")):
+        for layout in ("NN", "NT", "TN", "TT"):
+            cases.append((template, Workload.create(op, ALIGNED[op], dtype, out, layout), 1))
+            cases.append((template, Workload.create(op, UNALIGNED[op], dtype, out, layout), 0))
+    for shapes in (ALIGNED, UNALIGNED):  # f16 out (mma: f32 accumulators, cast at the end)
+        cases.append((template, Workload.create(op, shapes[op], "float16", "float16"), 1))
+    return cases
+
+
+def _with_chunk_8(task, configs):
+    """``configs`` plus, for the mma templates, the fallback at chunk 8 (K steps of 128 f16 /
+    256 int8 elements; added to their spaces after the random samples were chosen) where it
+    is valid."""
+    if "_mma." not in task.name:
+        return configs
+    fb = task.fallback_config().values_dict()
+    c8 = task.space.config_from_values({**fb, "chunk": 8})
+    return configs + [c8] if task.space.is_valid(c8) else configs
+
+
+SPLIT_K_SHAPE = (64, 128, 4096)
+SPLIT_K_CASES = (("float16", "float16", "NT"), ("int8", "int32", "NN"),
+                 ("float16", "float32", "TN"))
+
+
+def _split_configs(task, n):
+    """The fallback with split_k 2, 4 and 8 where the space allows it, then ``n`` random valid
+    split configs."""
+    fb = task.fallback_config().values_dict()
+    picks = [task.space.config_from_values({**fb, "split_k": s}) for s in (2, 4, 8)]
+    picks = [c for c in picks if task.space.is_valid(c)]
+    return picks + random_valid(task, n, 5, keep=lambda c: c["split_k"].val > 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_numerics_on_gpu_every_dtype_layout_alignment(template):
+    """Every case of ``_gpu_cases`` (the fallback, random configs and, for the mma spaces, a
+    chunk-8 config) built by pool workers and run in isolated runners, each output compared
+    with numpy (a wrong answer is error 5, a crash error 4). Several minutes per template on
+    an H100 host: run one template at a time (``-k``) under a 10-minute limit."""
+    import tvm
+    target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
+    cases = []
+    for _, wl, n_random in _gpu_cases(template):
+        task = Task(wl, target, template=template)
+        cases.append((task, _with_chunk_8(task, sample_configs(task, n_random, 7))))
+    n, failures = pool_failures(cases)
+    assert n >= 25
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_split_k_numerics_on_gpu():
+    """Split configs (fallback tiles with split 2/4/8, and random ones) for f16 -> f16 NT,
+    int8 -> int32 NN and f16 -> f32 TN, checked against numpy in the pool measurer."""
+    import tvm
+    target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
+    tasks = [Task(Workload.create("dense", SPLIT_K_SHAPE, dtype, out, layout=layout), target,
+                  template="dense_mma.cuda") for dtype, out, layout in SPLIT_K_CASES]
+    n, failures = pool_failures([(task, _split_configs(task, 3)) for task in tasks])
+    assert n >= 12
+    assert not failures, "\n".join(failures)

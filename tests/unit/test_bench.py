@@ -1,0 +1,70 @@
+"""The benchmark command runs end to end on tiny shapes (its numbers are not asserted)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tvm_ext import bench
+from tvm_ext.bench.__main__ import main
+
+
+def test_cpu_suite_quick(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert main(["--suite", "cpu", "--quick", "--tune", "2", "--log",
+                       str(tmp_path / "q.json"), "--repeat", "2", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert len(rows) == 3 and all(r["ours_ms"] > 0 and r["ref_ms"] > 0 for r in rows)
+    assert all(r["tuned"] == "tuned" for r in rows)
+    assert "ratio" in capsys.readouterr().out
+
+
+def test_tuning_cost_quick(tmp_path, capsys):
+    """--suite tuning-cost on the CPU: XGB from scratch against a log's best records, stopping
+    with the batch that reaches 90% of each record's speed."""
+    log, out = str(tmp_path / "q.json"), tmp_path / "cost.json"
+    assert main(["--suite", "cpu", "--quick", "--tune", "2", "--log", log,
+                       "--repeat", "1"]) == 0
+    assert main(["--suite", "tuning-cost", "--quick", "--log", log, "--trials", "16",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [r["name"] for r in rows] == ["bmm", "dense", "chain_mm1", "chain_mm2"]
+    for r in rows:
+        assert r["shipped_ms"] > 0 and 0 < r["trials"] <= 16 and r["best_ms"] > 0
+        if r["reached_trial"] is not None:
+            assert r["best_ms"] <= r["shipped_ms"] / 0.9
+            assert r["trials"] == min(16, -(-r["reached_trial"] // 8) * 8)  # batches of 8
+        else:
+            assert r["trials"] == 16 and r["best_ms"] > r["shipped_ms"] / 0.9
+    assert "reached at" in capsys.readouterr().out
+    assert main(["--suite", "tuning-cost", "--log", str(tmp_path / "none.json")]) == 2
+
+
+def test_unknown_suite(capsys):
+    assert main(["--suite", "tpu"]) == 2
+    assert "unknown suite 'tpu'" in capsys.readouterr().err
+
+
+def test_package_import_is_light():
+    """``tvm_ext.bench`` names its parts lazily: importing it (and reading a suite) loads
+    neither TVM, torch nor matplotlib."""
+    code = ("import sys\nfrom tvm_ext import bench\n"
+            "bench.main, bench.GPU_SUITE, bench.run_cpu, bench.run_tuning_cost, bench.plot_ratios\n"
+            "print(sorted(m for m in ('tvm', 'torch', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+    assert bench.main is main and bench.GPU_SUITE["gemv_f16"].dtype == "float16"
+
+
+def test_ratio_plot_from_rows(tmp_path):
+    """--replot draws the ratio bars of an earlier --json (one bar per kernel kind)."""
+    pytest.importorskip("matplotlib")
+    rows = [{"name": f"w{i} dense 8x8x8 float32 NT [{kind}]", "ratio": r}
+            for i in range(2) for kind, r in (("dlight", 0.5), ("fallback", float("inf")),
+                                               ("tuned", 1.5))]
+    src = tmp_path / "rows.json"
+    src.write_text(json.dumps(rows))
+    png = tmp_path / "rows.png"
+    assert main(["--replot", str(src), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

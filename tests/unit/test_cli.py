@@ -1,0 +1,111 @@
+"""The CLI as a user runs it: tune, resume, best, list-space, dry-run, and bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cli(*args, cwd):
+    env = dict(os.environ, PYTHONPATH=ROOT, TVM_EXT_NO_GPU="1")
+    return subprocess.run([sys.executable, "-m", "tvm_ext.tune", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _records(path):
+    return [json.loads(line) for line in open(path) if line.strip() and line[0] == "{"]
+
+
+def test_tune_resume_best(tmp_path):
+    args = ["--op", "batch_matmul", "--target", "llvm", "--shape", "2x32x64x32", "--trials",
+            "6", "--batch-size", "3", "--log", "bmm.json", "--number", "1", "--repeat", "1"]
+    r = cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "best:" in r.stdout and "bmm.json" in r.stdout
+    first = _records(tmp_path / "bmm.json")
+    assert len(first) == 6 and all(rec["result"][1] == 0 for rec in first)
+    r = cli(*args, "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "resume: 6 configs" in r.stdout
+    recs = _records(tmp_path / "bmm.json")
+    assert recs[:6] == first and len(recs) == 12
+    assert len({rec["config"]["index"] for rec in recs}) == 12
+    r = cli("--best", "bmm.json", cwd=tmp_path)
+    assert r.returncode == 0 and "batch_matmul 2x32x64x32 float32 NT" in r.stdout
+
+
+def test_list_space_and_dry_run(tmp_path):
+    r = cli("--op", "dense", "--target", "llvm", "--shape", "64x128x64", "--list-space",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "tile_inner" in r.stdout and "valid configs:" in r.stdout
+    r = cli("--op", "dense", "--target", "llvm", "--shape", "64x128x64", "--dry-run",
+            cwd=tmp_path)
+    assert r.returncode == 0 and "would measure 32 configs" in r.stdout
+    assert not (tmp_path / "tvm_ext_logs").exists()
+
+
+BAD = [
+    (["--op", "conv2d"], "unknown op 'conv2d'"),
+    (["--shape", "4x64"], "malformed shape '4x64'"),
+    (["--shape", "ax2x3x4"], "malformed shape 'ax2x3x4'"),
+    (["--shape", "-1x2x3x4"], "malformed shape '-1x2x3x4'"),
+    (["--dtype", "float16", "--target", "llvm"], "dtype float16"),
+    (["--dtype", "complex64"], "unsupported dtype 'complex64'"),
+    (["--best", "missing.json"], "missing.json does not exist"),
+    (["--tuner", "anneal", "--target", "llvm"], "unknown tuner 'anneal'"),
+    (["--target", "tpu"], "unknown target 'tpu'"),
+    (["--layout", "XY"], "unknown layout 'XY'"),
+    (["--space", "nope.json", "--target", "llvm"], "cannot read space file"),
+    (["--timing", "graph", "--target", "llvm"], "graph timing needs a CUDA device"),
+]
+
+
+@pytest.mark.parametrize("args,msg", BAD)
+def test_bad_input_one_line_exit_2(tmp_path, args, msg):
+    r = cli(*args, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tvm_ext.tune: error:") and msg in lines[0]
+
+
+def _valid_line(target):
+    return json.dumps({"input": [target, "batch_matmul.x86",
+                                 [["TENSOR", [2, 32, 32], "float32"],
+                                  ["TENSOR", [2, 64, 32], "float32"], [2, 32, 64], "float32",
+                                  False, True], {}],
+                       "config": {"index": 0, "code_hash": None,
+                                  "entity": [["tile_y", "sp", [-1, 1]],
+                                             ["tile_x", "sp", [-1, 16]],
+                                             ["tile_k", "sp", [-1, 1]]]},
+                       "result": [[1e-5], 0, 0.1, 1.0], "version": 0.2})
+
+
+@pytest.mark.parametrize("case", ["corrupt_middle", "other_target"])
+def test_bad_logs_are_never_rewritten(tmp_path, case):
+    log = tmp_path / "log.json"
+    if case == "corrupt_middle":
+        log.write_text(_valid_line("llvm") + "\n{oops\n" + _valid_line("llvm") + "\n")
+        msg = "log.json:2: corrupt record"
+    else:
+        log.write_text(_valid_line('{"kind": "cuda", "arch": "sm_90"}') + "\n")
+        msg = "no records for target llvm"
+    before = log.read_bytes()
+    for extra in ([], ["--resume"]):
+        r = cli("--op", "batch_matmul", "--target", "llvm", "--shape", "2x32x64x32",
+                "--trials", "2", "--log", str(log), *extra, cwd=tmp_path)
+        assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert log.read_bytes() == before
+    r = cli("--best", str(log), "--target", "llvm", cwd=tmp_path)
+    assert r.returncode == 2 and msg in r.stderr
+    assert log.read_bytes() == before
+
+
+def test_unreadable_log(tmp_path):
+    log = tmp_path / "dir.json"
+    log.mkdir()
+    r = cli("--op", "batch_matmul", "--target", "llvm", "--log", str(log), cwd=tmp_path)
+    assert r.returncode == 2 and "is a directory" in r.stderr

@@ -1,0 +1,88 @@
+"""MetaSchedule bridge: ms.tune_tir over our space; our records exported to a MetaSchedule
+database that MetaSchedule's own MetaScheduleApplyDatabase applies to a model legalized with our
+strategy; and imported back."""
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+import tvm_ext
+import tvm_ext.metaschedule as tms
+import tvm_ext.relax as tr
+from tvm_ext.target import host_cpu_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+from tvm_ext.measure.check import random_inputs, reference_matmul
+
+WL = Workload.create("batch_matmul", (2, 32, 48, 16), layout="NN")
+
+
+def _model():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor(WL.a_shape, "float32"))
+    w = relax.Var("w", R.Tensor(WL.b_shape, "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit(R.matmul(x, w))
+            out = bb.emit_output(R.nn.relu(y))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_tune_tir_export_apply_import(tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+    target = host_cpu_target()
+    task = Task(WL, target)
+    db = tms.tune(task, trials=32, work_dir=str(tmp_path / "ms"))
+    recs = db.get_all_tuning_records()
+    assert len(recs) == 32 and all(r.run_secs for r in recs)
+    ours = tms.import_records(db, target)
+    assert len(ours) == 32 and all(task.space.is_valid(r.config) for r in ours)
+    assert len({r.config for r in ours}) > 1  # the knobs really were searched
+
+    # our best record -> a MetaSchedule database -> MetaSchedule's own apply pass
+    assert tms.export_records(ours, str(tmp_path / "export"), target) == 1
+    exported = ms.database.JSONDatabase(work_dir=str(tmp_path / "export"))
+    legalized = tr.legalize_as_strategy(_model())
+    with target, exported:
+        applied = relax.transform.MetaScheduleApplyDatabase(enable_warning=True)(legalized)
+    scheduled = [gv.name_hint for gv, f in applied.functions.items()
+                 if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None
+                 and f.attrs.get("tirx.is_scheduled", False)]
+    assert scheduled == ["tvm_ext_matmul"]
+    vm = relax.VirtualMachine(tvm.compile(applied, target), tvm.cpu())
+    rng = np.random.default_rng(0)
+    a, b = random_inputs(task.workload, rng)
+    got = vm["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b)).numpy()
+    np.testing.assert_allclose(got, np.maximum(reference_matmul(WL, a, b), 0), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_strategy_legalization_is_used_by_build():
+    mod = _model()
+    legalized = tr.legalize_as_strategy(mod)
+    names = [gv.name_hint for gv in legalized.functions]
+    assert "tvm_ext_matmul" in names
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = tr.build(mod, "llvm", strategy=True)
+    assert [c.workload for c in ctx.report.choices] == [WL]
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(WL.a_shape).astype("float32")
+    b = rng.standard_normal(WL.b_shape).astype("float32")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(a),
+                                                      tvm.runtime.tensor(b)).numpy()
+    np.testing.assert_allclose(got, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shapes", [((2, 8, 4), (4, 6)), ((3, 5), (2, 5, 7))])
+def test_strategy_falls_back_to_tvm_for_other_matmuls(shapes):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor(shapes[0], "float32"))
+    w = relax.Var("w", R.Tensor(shapes[1], "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(R.matmul(x, w))
+        bb.emit_func_output(out)
+    legalized = tr.legalize_as_strategy(bb.get())
+    assert "tvm_ext_matmul" not in [gv.name_hint for gv in legalized.functions]

@@ -1,0 +1,145 @@
+"""Records: AutoTVM v0.2 shape, tolerant reading, locked appends, best/merge, old logs."""
+import json
+import os
+
+import pytest
+
+from tvm_ext import record
+from tvm_ext.errors import LogError
+from tvm_ext.result import MeasureResult
+from tvm_ext.space import ConfigEntity, SplitEntity
+from tvm_ext.workload import Workload
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
+LLVM = '{"keys": ["cpu"], "kind": "llvm", "mcpu": "znver5"}'
+WL = Workload.create("batch_matmul", (2, 32, 32, 16))
+
+
+def _line(cost, index=0, target=LLVM, error_no=0, wl=WL):
+    cfg = ConfigEntity(index, {"tile_y": SplitEntity([-1, 2 ** index]),
+                               "tile_x": SplitEntity([-1, 16]), "tile_k": SplitEntity([-1, 4])})
+    res = MeasureResult([cost] if error_no == 0 else [], error_no, 0.1, 1.0, "boom")
+    return record.encode(target, "batch_matmul.x86", wl, cfg, res)
+
+
+def test_encode_has_autotvm_shape_and_roundtrips():
+    line = _line(1e-3, 1)
+    obj = json.loads(line)
+    assert obj["version"] == 0.2 and obj["input"][1] == "batch_matmul.x86"
+    assert obj["input"][2][0] == ["TENSOR", [2, 32, 16], "float32"]
+    assert obj["config"]["entity"][0] == ["tile_y", "sp", [-1, 2]]
+    rec = record.decode(line)
+    assert rec.workload == WL and rec.result.costs == [1e-3] and rec.config["tile_y"].size[-1] == 2
+
+
+def test_truncated_last_line_is_skipped(tmp_path):
+    p = tmp_path / "log.json"
+    p.write_text(_line(1e-3) + "\n" + _line(2e-3, 1) + "\n" + _line(3e-3, 2)[:40])
+    recs = record.load(p)
+    assert [r.result.costs[0] for r in recs] == [1e-3, 2e-3]
+    # appending after a truncated line starts a fresh line; both old records survive
+    record.append(p, [_line(4e-4, 3)])
+    assert [r.result.costs[0] for r in record.load(p)][-1] == 4e-4
+
+
+def test_corrupt_middle_line_names_line(tmp_path):
+    p = tmp_path / "log.json"
+    p.write_text(_line(1e-3) + "\n{garbage\n" + _line(2e-3) + "\n")
+    before = p.read_bytes()
+    with pytest.raises(LogError, match=r"log\.json:2: corrupt record"):
+        record.load(p)
+    assert p.read_bytes() == before
+
+
+def test_missing_and_unreadable_logs(tmp_path):
+    with pytest.raises(LogError, match="does not exist"):
+        record.load(tmp_path / "none.json")
+    with pytest.raises(LogError, match="is a directory"):
+        record.load(tmp_path)
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(LogError, match="not UTF-8"):
+        record.load(binary)
+
+
+def test_append_only_and_concurrent_appends(tmp_path):
+    import multiprocessing as mp
+    p = tmp_path / "log.json"
+    record.append(p, [_line(1.0)])
+    procs = [mp.Process(target=record.append, args=(p, [_line(0.5, i)] * 50)) for i in range(4)]
+    for pr in procs:
+        pr.start()
+    for pr in procs:
+        pr.join()
+    recs = record.load(p)
+    assert len(recs) == 201 and recs[0].result.costs == [1.0]
+
+
+def test_pick_best_merge_and_target_check(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    record.append(a, [_line(3e-3, 0), _line(1e-3, 1), _line(0, 2, error_no=4)])
+    cuda = '{"kind": "cuda", "arch": "sm_90"}'
+    record.append(b, [_line(5e-4, 3, target=cuda)])
+    recs = record.load(a)
+    best = record.pick_best(recs)
+    assert best[WL.key()].result.mean == 1e-3
+    assert recs[2].result.error_no == 4 and not recs[2].result.ok
+    out = tmp_path / "merged.json"
+    assert record.merge([a, b], out, best_only=True) == 2
+    merged = record.load(out)
+    assert sorted(r.result.mean for r in merged) == [5e-4, 1e-3]
+    assert record.pick_best(merged, target=LLVM)[WL.key()].result.mean == 1e-3
+    with pytest.raises(LogError, match="no records for target cuda"):
+        record.check_target(recs, {"kind": "cuda", "arch": "sm_90"}, a)
+
+
+def test_gpu_model_records_preferred(tmp_path):
+    """Records of the target's own GPU model win over faster ones of another model; without a
+    model of its own (or none of it in the log), the fastest that applies wins. Distilling
+    keeps each model's best."""
+    from tvm_ext.target import cuda_target, describe, gpu_model
+    h100, h200 = ('{"kind": "cuda", "arch": "sm_90", "model": "%s"}' % m for m in ("h100", "h200"))
+    log = tmp_path / "gpu.json"
+    record.append(log, [_line(1e-3, 0, target=h100), _line(2e-3, 1, target=h200),
+                        _line(3e-3, 2, target=h200), _line(4e-3, 3, target=h100)])
+    recs = record.load(log)
+    assert record.best_for(recs, WL, cuda_target("sm_90", "h200")).result.mean == 2e-3
+    assert record.best_for(recs, WL, cuda_target("sm_90", "h100")).result.mean == 1e-3
+    assert record.best_for(recs, WL, cuda_target("sm_90")).result.mean == 1e-3
+    assert record.best_for(recs, WL, cuda_target("sm_90", "a100")).result.mean == 1e-3
+    assert record.best_for(recs, WL, cuda_target("sm_80")) is None
+    out = tmp_path / "best.json"
+    assert record.merge([log], out, best_only=True) == 2
+    assert sorted(r.result.mean for r in record.load(out)) == [1e-3, 2e-3]
+    assert describe(cuda_target("sm_90", "h200")) == "cuda sm_90 (h200)"
+    assert len(record.best_table(recs, cuda_target("sm_90"))) == 2
+    assert [gpu_model(n) for n in ("NVIDIA H100 80GB HBM3", "NVIDIA H200",
+                                   "NVIDIA A100-SXM4-80GB", "Tesla V100")] == \
+        ["h100", "h200", "a100", "v100"]
+
+
+def test_cpu_records_of_the_same_cpu_ranked_first(tmp_path):
+    """On the CPU the machine is the mcpu: records of the target's own CPU rank first, fastest
+    first, then the others; a target naming no CPU ranks by time alone."""
+    z5, z3 = ('{"kind": "llvm", "keys": ["cpu"], "mcpu": "%s"}' % m for m in ("znver5", "znver3"))
+    log = tmp_path / "cpu.json"
+    record.append(log, [_line(1e-3, 0, target=z5), _line(3e-3, 1, target=z3),
+                        _line(2e-3, 2, target=z3), _line(4e-3, 3, target=z5, error_no=4)])
+    recs = record.load(log)
+    costs = lambda t: [r.result.mean for r in record.ranked_for(recs, WL, t)]  # noqa: E731
+    assert costs({"kind": "llvm", "mcpu": "znver3"}) == [2e-3, 3e-3, 1e-3]
+    assert costs({"kind": "llvm", "mcpu": "znver5"}) == [1e-3, 2e-3, 3e-3]
+    assert costs({"kind": "llvm"}) == [1e-3, 2e-3, 3e-3]
+    assert record.best_for(recs, WL, {"kind": "llvm", "mcpu": "znver3"}).result.mean == 2e-3
+    assert costs({"kind": "cuda", "arch": "sm_90"}) == []
+
+
+def test_tvm019_autotvm_log_loads():
+    recs = record.load(os.path.join(DATA, "autotvm_v019_x86.json"))
+    assert [r.task_name for r in recs] == ["batch_matmul.x86", "batch_matmul.x86",
+                                           "dense_pack.x86"]
+    assert recs[0].workload == Workload.create("batch_matmul", (4, 64, 48, 32))
+    assert recs[1].result.error_no == 1 and not recs[1].result.ok
+    assert recs[2].workload.op == "dense" and recs[2].config["tile_inner"].size == [-1, 4]
+    best = record.pick_best(recs, target={"kind": "llvm"})
+    assert best[recs[0].key()].config["tile_y"].size == [-1, 4]

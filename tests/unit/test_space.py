@@ -1,0 +1,174 @@
+"""ConfigSpace: AutoTVM's split enumeration and index order, filters, constraints, files."""
+import json
+
+import numpy as np
+import pytest
+
+from tvm_ext.errors import SpaceError
+from tvm_ext.space import (AnnotateSpace, ConfigEntity, ConfigSpace, ReorderSpace, SplitEntity,
+                           SplitSpace, build_space, eval_expr, get_factors, load_space_spec)
+
+
+def test_factors_and_split_enumeration_match_autotvm():
+    assert get_factors(12) == [1, 2, 3, 4, 6, 12]
+    s = SplitSpace("t", 8, num_outputs=2)
+    assert [e.size for e in s.entities] == [[-1, 1], [-1, 2], [-1, 4], [-1, 8]]
+    # 3-way: AutoTVM's DFS puts the first chosen factor innermost and varies the last fastest.
+    s3 = SplitSpace("t", 4, num_outputs=3)
+    assert [e.size for e in s3.entities] == [
+        [-1, 1, 1], [-1, 2, 1], [-1, 4, 1], [-1, 1, 2], [-1, 2, 2], [-1, 1, 4]]
+
+
+def test_split_policies():
+    assert len(SplitSpace("t", 12, policy="power2")) == 4  # 1,2,4,8 (tails allowed)
+    verbose = {tuple(e.size) for e in SplitSpace("t", 12, policy="verbose").entities}
+    assert (-1, 8) in verbose and (-1, 6) in verbose
+    assert [e.size for e in SplitSpace("t", 64, max_factor=4).entities] == \
+        [[-1, 1], [-1, 2], [-1, 4]]
+    cand = SplitSpace("t", 64, policy="candidate", num_outputs=2, candidate=[[4, 16], [8, 8]])
+    assert [e.size for e in cand.entities] == [[4, 16], [8, 8]]
+    filt = SplitSpace("t", 64, filter=lambda e: e.size[-1] >= 16)
+    assert [e.size[-1] for e in filt.entities] == [16, 32, 64]
+    with pytest.raises(SpaceError, match="unknown policy"):
+        SplitSpace("t", 8, policy="bogus")
+
+
+def test_mixed_radix_index_first_knob_least_significant():
+    cs = ConfigSpace()
+    cs.define_split("a", 8)          # 4 entities
+    cs.define_knob("b", [0, 16, 64])  # 3
+    cs.define_reorder("c", 2, "all")  # 2
+    assert len(cs) == 24
+    for idx in range(len(cs)):
+        cfg = cs.get(idx)
+        assert cs.index_of(cfg) == idx
+        assert cs.index_from_digits(cs.digits(idx)) == idx
+    cfg = cs.get(1 + 4 * 2 + 12 * 1)
+    assert cfg["a"].size == [-1, 2] and cfg["b"].val == 64 and cfg["c"].perm == [1, 0]
+
+
+def test_reorder_and_annotate_policies():
+    assert len(ReorderSpace("r", 3, "all")) == 6
+    assert [e.perm for e in ReorderSpace("r", 4, "interval_all", interval=(1, 3))] == \
+        [[0, 1, 2, 3], [0, 2, 1, 3]]
+    ann = AnnotateSpace("a", 2, "try_unroll_vec")
+    assert all(e.anns.count("vec") <= 1 for e in ann.entities)
+    assert len(ann) == 8  # 9 combinations minus vec+vec
+
+
+def test_constraints_prune_and_name_facts():
+    cs = ConfigSpace({"vector_lanes": 8})
+    cs.define_split("x", 64)
+    cs.define_split("y", 16)
+    cs.add_constraint("x[-1] * y[-1] <= 4 * vector_lanes", "register tile")
+    valid = list(cs.valid_indices())
+    assert valid and len(valid) < len(cs)
+    for i in valid:
+        c = cs.get(i)
+        assert c["x"].size[-1] * c["y"].size[-1] <= 32
+    bad = next(i for i in range(len(cs)) if i not in valid)
+    assert cs.violations(cs.get(bad)) == ["register tile"]
+
+
+def test_expressions_are_sandboxed():
+    assert eval_expr("ceildiv(a, 16) + max(b) ", {"a": 17, "b": [1, 5]}) == 7
+    with pytest.raises(SpaceError, match="unsupported syntax"):
+        eval_expr("__import__('os').system('true')", {})
+    with pytest.raises(SpaceError, match="unknown name"):
+        eval_expr("foo + 1", {})
+
+
+def test_features_and_json_roundtrip():
+    cs = ConfigSpace()
+    cs.define_split("a", 32, num_outputs=3)
+    cs.define_knob("u", [0, 512])
+    cs.define_annotate("an", 2, "try_unroll")
+    cfg = cs.get(len(cs) - 1)
+    fea = cs.features(cfg)
+    assert fea.dtype == np.float32 and fea[:3].prod() == 32  # resolved split sizes
+    back = ConfigEntity.from_json_dict(json.loads(json.dumps(cfg.to_json_dict())))
+    assert back == cfg and cs.index_of(back) == cfg.index
+
+
+def test_shipped_space_files_build():
+    spec = load_space_spec("batch_matmul.x86")
+    facts = {"vector_lanes": 16, "vector_registers": 32, "num_cores": 2}
+    space = build_space(spec, {"B": 4, "M": 256, "N": 256, "K": 256}, facts)
+    assert list(space.knobs)[:3] == ["tile_y", "tile_x", "tile_k"]  # TVM <= 0.19's knobs first
+    assert 32 <= sum(1 for _ in space.valid_indices()) < len(space)
+
+
+def test_user_space_file_narrows(tmp_path):
+    spec = load_space_spec("batch_matmul.x86")
+    spec["knobs"][2]["max_factor"] = 2
+    path = tmp_path / "narrow.json"
+    path.write_text(json.dumps(spec))
+    facts = {"vector_lanes": 16, "vector_registers": 32}
+    wide = build_space(load_space_spec("batch_matmul.x86"), {"B": 1, "M": 64, "N": 64, "K": 64},
+                       facts)
+    narrow = build_space(load_space_spec("batch_matmul.x86", str(path)),
+                         {"B": 1, "M": 64, "N": 64, "K": 64}, facts)
+    assert len(narrow.knobs["tile_k"]) == 2 < len(wide.knobs["tile_k"])
+
+
+def test_bad_space_files(tmp_path):
+    with pytest.raises(SpaceError, match="cannot read space file"):
+        load_space_spec("batch_matmul.x86", str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpaceError, match="not valid JSON"):
+        load_space_spec("batch_matmul.x86", str(bad))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"template": "dense_pack.x86", "knobs": []}))
+    with pytest.raises(SpaceError, match="is for template"):
+        load_space_spec("batch_matmul.x86", str(other))
+    with pytest.raises(SpaceError, match="names axis"):
+        build_space({"knobs": [{"name": "t", "kind": "split", "axis": "Q"}]}, {"M": 4})
+
+
+def test_split_entity_resolves_inferred_outer():
+    assert SplitEntity([-1, 4, 8]).resolved(100) == [4, 4, 8]
+
+
+def _let_space(lets, constraints=()):
+    return build_space({"knobs": [{"name": "rows", "kind": "knob", "candidates": [1, 2, 4]},
+                                  {"name": "cols", "kind": "knob", "candidates": [8, 16]}],
+                        "let": lets, "constraints": list(constraints)},
+                       {"M": 64}, {"lanes": 8})
+
+
+def test_let_term_is_visible_to_constraints():
+    space = _let_space({"tile": "rows * cols"},
+                       [{"expr": "tile <= 32", "why": "tile fits"}])
+    valid = {(c["rows"].val, c["cols"].val) for c in map(space.get, space.valid_indices())}
+    assert valid == {(1, 8), (1, 16), (2, 8), (2, 16), (4, 8)}
+    big = space.config_from_values({"rows": 4, "cols": 16}, fallback=False)
+    assert space.violations(big) == ["tile fits"] and space.names_of(big)["tile"] == 64
+
+
+def test_let_term_uses_an_earlier_one_and_facts():
+    space = _let_space({"tile": "rows * cols", "vectors": "ceildiv(tile, lanes)",
+                        "pad": "M % tile"}, ["vectors >= 2 and pad == 0"])
+    names = space.names_of(space.config_from_values({"rows": 2, "cols": 8}, fallback=False))
+    assert (names["tile"], names["vectors"], names["pad"]) == (16, 2, 0)
+    assert len(list(space.valid_indices())) == 5  # all but rows=1, cols=8 (one vector)
+    assert "let vectors = ceildiv(tile, lanes)" in space.describe()
+    # Task.complete asks for the names before it has every knob: terms over a missing one wait
+    partial = space.names_of(ConfigEntity(None, {"rows": space.entity("rows", 2)}))
+    assert partial["rows"] == 2 and "tile" not in partial and "vectors" not in partial
+
+
+def test_let_term_errors_name_the_term():
+    with pytest.raises(SpaceError, match=r"unknown name 'colz' in let 'tile'"):
+        _let_space({"tile": "rows * colz"})
+    # a let sees only the let terms before it
+    with pytest.raises(SpaceError, match=r"unknown name 'area' in let 'tile'"):
+        _let_space({"tile": "area // 2", "area": "rows * cols"})
+    with pytest.raises(SpaceError, match=r"let 'tile': cannot parse"):
+        _let_space({"tile": "rows *"})
+    with pytest.raises(SpaceError, match=r"let 'rows' has the name of a knob"):
+        _let_space({"rows": "cols * 2"})
+    with pytest.raises(SpaceError, match=r"let 'half'"):
+        _let_space({"half": "M // (rows - rows)"}).is_valid(0)
+    with pytest.raises(SpaceError, match=r"'let' must be an object"):
+        _let_space(["tile = rows * cols"])

@@ -1,0 +1,167 @@
+"""CPU templates: numerics for every layout over sampled configs; apply at build time."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import tvm_ext
+from tvm_ext import record
+from tvm_ext.measure import LocalMeasurer
+from tvm_ext.result import MeasureErrorNo, MeasureResult
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+from tvm_ext.measure.check import random_inputs, reference_matmul, tolerance
+
+CASES = [("batch_matmul", (2, 48, 64, 40)), ("dense", (24, 96, 56))]
+# CPU targets by their vector facts, whatever this host is (nothing built for them is run unless
+# the host has those instructions).
+AVX512 = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
+AVX2 = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
+
+
+@pytest.mark.parametrize("op,shape", CASES)
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_numerics_sampled_configs(op, shape, layout):
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, "llvm")
+    rng = np.random.default_rng(0)
+    valid = list(task.space.valid_indices())
+    picks = [task.fallback_config()] + [task.config(int(i)) for i in
+                                        rng.choice(valid, size=min(3, len(valid)),
+                                                   replace=False)]
+    a, b = random_inputs(task.workload, rng)
+    ref = reference_matmul(wl, a, b)
+    for cfg in picks:
+        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
+                                task.build(cfg))
+        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))
+
+
+def test_float64_and_measure_checks_answer():
+    wl = Workload.create("batch_matmul", (1, 32, 32, 32), "float64")
+    task = Task(wl, "llvm")
+    res = LocalMeasurer(number=1, repeat=1, min_repeat_ms=0).measure_one(task,
+                                                                         task.fallback_config())
+    assert res.ok and res.costs[0] > 0
+
+
+def test_wrong_answer_is_detected(tmp_path):
+    import json
+    import faulty_ops
+    space = tmp_path / "faulty.json"
+    space.write_text(json.dumps(faulty_ops.SPACE))
+    task = Task(Workload.create("batch_matmul", (1, 16, 32, 16)), "llvm", template="faulty.x86",
+                space_file=str(space))
+    wrong = task.config_with({"fault": "wrong"})
+    res = LocalMeasurer(number=1, repeat=1).measure_one(task, wrong)
+    assert res.error_no == MeasureErrorNo.WRONG_ANSWER and "differ from numpy" in res.error_msg
+    ok = LocalMeasurer(number=1, repeat=1).measure_one(task, task.fallback_config())
+    assert ok.ok
+
+
+def test_instantiation_error_is_a_result():
+    wl = Workload.create("batch_matmul", (1, 16, 32, 16))
+    task = Task(wl, "llvm")
+    # a pack width that does not divide N=32 cannot be scheduled
+    cfg = task.config_with({"tile_y": [-1, 4], "tile_x": [-1, 24],
+                                         "tile_k": [-1, 4]})
+    res = LocalMeasurer().measure_one(task, cfg)
+    assert res.error_no == MeasureErrorNo.INSTANTIATION_ERROR
+    assert "pack width 24 does not divide N=32" in res.error_msg
+
+
+def test_apply_history_best_uses_tuned_config_and_reports(tmp_path):
+    wl = Workload.create("batch_matmul", (2, 32, 64, 32))
+    other = Workload.create("dense", (16, 32, 16))
+    task = Task(wl, "llvm")
+    cfg = task.config_with({"tile_y": [-1, 2], "tile_x": [-1, 32],
+                                         "tile_k": [-1, 2]})
+    res = LocalMeasurer(number=1, repeat=1).measure_one(task, cfg)
+    log = tmp_path / "log.json"
+    record.append(log, [record.encode(task.target_str, task.name, wl, cfg, res)])
+    with tvm_ext.apply_history_best(str(log)) as ctx:
+        k1 = tvm_ext.build(wl, "llvm")
+        k2 = tvm_ext.build(other, "llvm")
+    assert k1.choice.tuned and k1.choice.config == cfg
+    assert not k2.choice.tuned
+    assert [c.tuned for c in ctx.report.choices] == [True, False]
+    assert "1 of 2 kernels used a tuned config" in ctx.report.summary()
+    rng = np.random.default_rng(1)
+    a, b = random_inputs(task.workload, rng)
+    np.testing.assert_allclose(k1.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
+
+
+def test_old_autotvm_log_applies_by_knob_name():
+    """TVM 0.19 records (skylake-avx512) apply by knob name. Built for an AVX-512 CPU target,
+    so that the dense record's 8x32 register tile (which needs AVX-512's 32 vector registers)
+    applies on any host; the kernels are only run where the host has AVX-512."""
+    from tvm_ext.target import hardware_facts, host_cpu_target
+    log = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                       "autotvm_v019_x86.json")
+    wl = Workload.create("batch_matmul", (4, 64, 48, 32))
+    dense = Workload.create("dense", (16, 64, 32))
+    with tvm_ext.apply_history_best(log) as ctx:
+        k = tvm_ext.build(wl, AVX512)
+        kd = tvm_ext.build(dense, AVX512)
+    assert k.choice.tuned and k.choice.config["tile_y"].size[-1] == 4
+    # batch_matmul.x86 had no tile_inner in TVM <= 0.19: the register tile's rows were one
+    # block, which the space file's default_expr for tile_inner ([-1, tile_y[-1]]) replays.
+    assert k.choice.config["tile_inner"].size == [-1, 4]
+    assert kd.choice.tuned and kd.choice.config["tile_inner"].size[-1] == 4
+    assert len(ctx.report.tuned) == 2
+    if hardware_facts(host_cpu_target())["vector_bits"] < 512:
+        pytest.skip("the host has no AVX-512: the kernels were built, not run")
+    rng = np.random.default_rng(2)
+    for kern, w in ((k, wl), (kd, dense)):
+        a, b = random_inputs(kern.task.workload, rng)
+        np.testing.assert_allclose(kern.run(a, b), reference_matmul(w, a, b), *tolerance(w))
+
+
+def test_unsupported_dtype_on_cpu():
+    from tvm_ext.errors import TemplateError
+    with pytest.raises(TemplateError, match="dtype float16"):
+        Task(Workload.create("batch_matmul", (1, 16, 16, 16), "float16"), "llvm")
+
+
+
+def _synthetic(task, values, cost):
+    """A log line for ``values`` as if measured at ``cost`` seconds (nothing is run)."""
+    cfg = task.config_with(values)
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    return record.encode(task.target_str, task.name, task.workload, cfg,
+                         MeasureResult([cost], 0, 0.1, 1.0))
+
+
+def test_record_that_breaks_the_targets_space_is_skipped(tmp_path):
+    """A register tile tuned on an AVX-512 CPU (32 vector registers) is not applied on an AVX2
+    CPU (16): the next record that fits is, else the fallback, and the report says why. Old
+    records lacking tile_inner replay their tile_y rows (default_expr), which keeps them valid."""
+    from tvm_ext.dispatch import choose
+    wl = Workload.create("batch_matmul", (2, 32, 64, 32))
+    task = Task(wl, AVX512)
+    big = {"tile_y": [-1, 4], "tile_x": [-1, 64], "tile_k": [-1, 4]}  # 4*4+4+1 <= 32; on AVX2 41
+    small = {"tile_y": [-1, 2], "tile_x": [-1, 16], "tile_k": [-1, 4], "tile_inner": [-1, 2]}
+    log = tmp_path / "avx512.json"
+    record.append(log, [_synthetic(task, big, 1e-3), _synthetic(task, small, 2e-3)])
+    with tvm_ext.apply_history_best(str(log)) as ctx:
+        _, on_avx512 = choose(wl, AVX512)
+        _, on_avx2 = choose(wl, AVX2)
+    assert on_avx512.tuned and on_avx512.config["tile_x"].size[-1] == 64
+    assert on_avx2.tuned and on_avx2.config["tile_x"].size[-1] == 16
+    assert len(ctx.report.skipped) == 1 and "vector registers" in ctx.report.skipped[0]
+    assert "1 records skipped" in ctx.report.summary()
+    only_big = tmp_path / "big.json"
+    record.append(only_big, [_synthetic(task, big, 1e-3)])
+    with tvm_ext.apply_history_best(str(only_big)):
+        _, fell_back = choose(wl, AVX2)
+    assert not fell_back.tuned
+    # A record without tile_inner (as TVM <= 0.19 wrote them), tile_y rows of 2.
+    old = json.loads(_synthetic(task, {**small, "tile_y": [-1, 2]}, 1e-3))
+    old["config"]["entity"] = [e for e in old["config"]["entity"]
+                               if e[0] in ("tile_y", "tile_x", "tile_k")]
+    old_log = tmp_path / "old.json"
+    old_log.write_text(json.dumps(old) + "\n")
+    with tvm_ext.apply_history_best(str(old_log)):
+        _, replay = choose(wl, AVX2)
+    assert replay.tuned and replay.config["tile_inner"].size == [-1, 2]

@@ -1,0 +1,82 @@
+"""What the CPU and GPU suites share: the row of a result table, wall-clock timing of a call,
+and the table printed at the end."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Tuple
+
+import numpy as np
+
+
+@dataclass
+class Row:
+    name: str
+    flop: float
+    ref_ms: float
+    ref_spread: str
+    ours_ms: float
+    ours_spread: str
+    tuned: str
+    # GPU tuned rows: the time in the log's record, and the same kernel re-timed now the way
+    # the tuner timed it (replay check); None elsewhere.
+    recorded_ms: Optional[float] = None
+    replay_ms: Optional[float] = None
+
+    @property
+    def ratio(self) -> float:
+        return self.ref_ms / self.ours_ms
+
+
+def time_calls(fn: Callable[[], None], *, repeat: int, min_s: float = 0.05) -> List[float]:
+    """Seconds per call, ``repeat`` samples: each sample runs ``fn`` enough times to last
+    ``min_s``, so that a sub-millisecond call is not lost in the timer's resolution."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    number = max(1, int(min_s / once))
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t0) / number)
+    return samples
+
+
+def median_ms(samples) -> Tuple[float, str]:
+    """(median in ms, "min-max" in ms) of samples in seconds: the table shows the spread
+    because a shared machine's noise is part of the result."""
+    s = np.asarray(samples) * 1e3
+    return float(np.median(s)), f"{s.min():.3f}-{s.max():.3f}"
+
+
+def blas_info() -> str:
+    """numpy's BLAS and the OpenBLAS core type: the CPU reference's speed depends on both."""
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]
+        name = f"{blas.get('name')} {blas.get('version', '')}".strip()
+    except Exception:  # noqa: BLE001  (older numpy)
+        name = "unknown BLAS"
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    return name + (f", OPENBLAS_CORETYPE={core}" if core else ", OPENBLAS_CORETYPE unset")
+
+
+def print_table(rows: List[Row], *, ref_name: str):
+    print(f"{'workload':<58} {ref_name + ' ms':>10} {'tvm_ext ms':>11} {'ratio':>6} "
+          f"{'GFLOP/s':>8}  spread (ref | ours)")
+    for r in rows:
+        gf = r.flop / r.ours_ms / 1e6
+        print(f"{r.name:<58} {r.ref_ms:>10.4g} {r.ours_ms:>11.4g} {r.ratio:>6.2f} {gf:>8.1f}  "
+              f"{r.ref_spread} | {r.ours_spread} ({r.tuned})")
+    replays = [r for r in rows if r.replay_ms]
+    if replays:
+        print("replay of the log's records: re-measured as the tuner measures (pool build, fresh "
+              "runner, timing 'auto'), and the tuned row of this process, against the record:")
+        for r in replays:
+            print(f"  {r.name.split(' ')[0]:<16} recorded {r.recorded_ms:.4f} ms  replayed "
+                  f"{r.replay_ms:.4f} ms ({r.replay_ms / r.recorded_ms:.2f})  in this process "
+                  f"{r.ours_ms:.4f} ms ({r.ours_ms / r.recorded_ms:.2f})")

@@ -1,0 +1,103 @@
+"""The CPU suite: numpy (``np.matmul``, whatever BLAS numpy was built with) against tvm_ext's
+kernels built under ``apply_history_best(log)``, in one process."""
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+import numpy as np
+
+from ..workload import Workload
+from .common import Row, median_ms, time_calls
+
+# The CPU suite (issue: batch_matmul 24x2048x512x64 NT, dense 128x768 -> 3072, and the MLP
+# chain 1024x2048 . 2048x1024 -> exp -> . 1024x3072).
+CPU_SUITE = {
+    "bmm": Workload.create("batch_matmul", (24, 2048, 512, 64), layout="NT"),
+    "dense": Workload.create("dense", (128, 3072, 768), layout="NT"),
+    "chain_mm1": Workload.create("dense", (1024, 1024, 2048), layout="NN"),
+    "chain_mm2": Workload.create("dense", (1024, 3072, 1024), layout="NN"),
+}
+# The same roles on tiny shapes: a smoke run (CI, tests) that still goes through every path.
+CPU_QUICK = {
+    "bmm": Workload.create("batch_matmul", (2, 64, 64, 32), layout="NT"),
+    "dense": Workload.create("dense", (16, 64, 32), layout="NT"),
+    "chain_mm1": Workload.create("dense", (32, 32, 64), layout="NN"),
+    "chain_mm2": Workload.create("dense", (32, 48, 32), layout="NN"),
+}
+
+
+def exp_kernel(shape, target):
+    """exp over a 2-D float32 tensor, parallel over rows and vectorised (the chain's epilogue,
+    left unfused: a separate pass over the intermediate)."""
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te  # noqa: PLC0415
+    X = te.placeholder(shape, "float32", name="X")
+    Y = te.compute(shape, lambda i, j: te.exp(X[i, j]), name="Y")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
+    i, j = sch.get_loops(sch.get_sblock("Y"))
+    jo, ji = sch.split(j, [None, 16])
+    sch.parallel(i)
+    sch.vectorize(ji)
+    return tvm.compile(sch.mod, target=target)
+
+
+def run_cpu(suite, *, log: Optional[str], repeat: int) -> List[Row]:
+    """One row per matmul of ``suite`` ("bmm", "dense") and one for the chain ("chain_mm1" ->
+    exp -> "chain_mm2"); each side one warm-up, then ``repeat`` samples."""
+    import tvm  # noqa: PLC0415
+    from ..dispatch import apply_history_best, build  # noqa: PLC0415
+    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..target import host_cpu_target  # noqa: PLC0415
+    target = host_cpu_target()
+    dev = tvm.cpu(0)
+    rng = np.random.default_rng(0)
+    logs = [log] if log and os.path.exists(log) else []
+    rows, kernels = [], {}
+    with apply_history_best(logs) as ctx:
+        for name, wl in suite.items():
+            kernels[name] = build(wl, target)
+    print(ctx.report)
+
+    def tvm_args(wl, a, b):
+        return (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
+                tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev))
+
+    for name in ("bmm", "dense"):
+        wl, k = suite[name], kernels[name]
+        a, b = random_inputs(wl, rng)
+        a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
+        b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b  # a view: numpy's own NT path
+        ref = median_ms(time_calls(lambda: np.matmul(a_mk, b_kn), repeat=repeat))
+        args = tvm_args(wl, a, b)
+        k(*args)
+        np.testing.assert_allclose(args[2].numpy(), np.matmul(a_mk, b_kn), rtol=1e-3, atol=1e-3)
+        ours = median_ms(time_calls(lambda: k(*args), repeat=repeat))
+        rows.append(Row(f"{name} {wl}", wl.flop, *ref, *ours,
+                        "tuned" if k.choice.tuned else "fallback"))
+
+    # The chain X . W1 -> exp -> . W2 (both matmuls tuned, exp a separate vectorised kernel).
+    w1, w2 = suite["chain_mm1"], suite["chain_mm2"]
+    x = (rng.uniform(-1, 1, (w1.M, w1.K)) / np.sqrt(w1.K)).astype("float32")
+    m1 = rng.uniform(-1, 1, (w1.K, w1.N)).astype("float32")
+    m2 = rng.uniform(-1, 1, (w2.K, w2.N)).astype("float32")
+    ref = median_ms(time_calls(lambda: np.exp(x @ m1) @ m2, repeat=repeat))
+    exp_k = exp_kernel((w1.M, w1.N), target)
+    tx, tm1, tm2 = (tvm.runtime.tensor(v, dev) for v in (x, m1, m2))
+    h = tvm.runtime.empty((w1.M, w1.N), "float32", dev)
+    e = tvm.runtime.empty((w1.M, w1.N), "float32", dev)
+    out = tvm.runtime.empty((w2.M, w2.N), "float32", dev)
+    k1, k2, fexp = kernels["chain_mm1"], kernels["chain_mm2"], exp_k.mod["main"]
+
+    def chain():
+        k1(tx, tm1, h)
+        fexp(h, e)
+        k2(e, tm2, out)
+
+    chain()
+    np.testing.assert_allclose(out.numpy(), np.exp(x @ m1) @ m2, rtol=1e-3, atol=1e-2)
+    ours = median_ms(time_calls(chain, repeat=repeat))
+    tuned = "tuned" if k1.choice.tuned and k2.choice.tuned else "fallback"
+    rows.append(Row(f"chain {w1.M}x{w1.K}.{w1.K}x{w1.N} -> exp -> .{w2.K}x{w2.N}",
+                    w1.flop + w2.flop, *ref, *ours, tuned))
+    return rows

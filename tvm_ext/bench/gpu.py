@@ -1,0 +1,149 @@
+"""The GPU suite: cuBLAS through torch, TVM's dlight default, tvm_ext's fallback and tvm_ext
+under a tuned log, per workload, in one process; and the replay check of each tuned record."""
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+import numpy as np
+
+from ..result import error_line
+from ..workload import Workload
+from .common import Row, median_ms
+
+
+def _f16(op, shape, layout="NT"):
+    return Workload.create(op, shape, "float16", "float16", layout=layout)
+
+
+# The GPU suite of the CUDA-core templates (cuBLAS through torch, TF32 off for float32).
+GPU_SUITE = {
+    "bmm": Workload.create("batch_matmul", (24, 16384, 512, 64), layout="NT"),
+    "mm1024": Workload.create("dense", (1024, 1024, 1024), layout="NN"),
+    "mm8192": Workload.create("dense", (8192, 8192, 8192), layout="NN"),
+    "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
+    "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
+    # The tensor-core suite: small RFC shapes (M x N x K), square GEMMs, attention scores.
+    # f16 workloads return f16, as torch.matmul does (tvm_ext's mma kernels accumulate in f32).
+    "tc512x64_f16": _f16("dense", (512, 64, 512)),
+    "tc512x32_f16": _f16("dense", (512, 32, 512)),
+    "tc512x16_f16": _f16("dense", (512, 16, 512)),
+    "tc512x64_i8": Workload.create("dense", (512, 64, 512), "int8", layout="NT"),
+    "tc512x32_i8": Workload.create("dense", (512, 32, 512), "int8", layout="NT"),
+    "tc512x16_i8": Workload.create("dense", (512, 16, 512), "int8", layout="NT"),
+    "mm1024_f16": _f16("dense", (1024, 1024, 1024)),
+    "mm8192_f16_nt": _f16("dense", (8192, 8192, 8192)),
+    "mm8192_f16_nn": _f16("dense", (8192, 8192, 8192), layout="NN"),
+    "attn_f16": _f16("batch_matmul", (256, 1024, 1024, 128)),
+}
+
+
+def dlight_kernel(wl, target):
+    """TVM 0.27's own default: dlight's GPU rules on the unscheduled compute."""
+    import tvm  # noqa: PLC0415
+    from tvm import te  # noqa: PLC0415
+    from tvm.s_tir import dlight as dl  # noqa: PLC0415
+    from ..codegen import compile_module  # noqa: PLC0415
+    from ..ops.common import matmul_compute  # noqa: PLC0415
+    mod = tvm.IRModule({"main": te.create_prim_func(matmul_compute(wl))})
+    with target:
+        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Fallback())(mod)
+    # Compiled as tvm_ext compiles its own kernels (the same CUDA compiler choice), but with
+    # no template pass options and no dependent launch: this is TVM's default, as shipped.
+    return compile_module(mod, target)
+
+
+def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") -> List[Row]:
+    """cuBLAS (torch) vs dlight vs tvm_ext fallback vs tvm_ext tuned, per workload, each timed
+    by ``timing`` ("graph": CUDA-graph replays, kernel time; "eager": eager calls, launch
+    overhead included). The four kernels of a workload are sampled in turn, ``repeat`` rounds,
+    so a clock or temperature drift during the row falls on all of them alike. Tuned rows also
+    replay their record as the tuner measured it (``replay_ms``): the pool's build and a fresh
+    runner process, the tuner's timing."""
+    import torch  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+    from ..dispatch import apply_history_best, choose  # noqa: PLC0415
+    from ..measure.check import random_inputs, reference_matmul, tolerance  # noqa: PLC0415
+    from ..measure.timing import EagerSampler, GraphSampler  # noqa: PLC0415
+    from ..target import default_target  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    sampler = GraphSampler if timing == "graph" else EagerSampler
+    target = default_target()
+    dev = tvm.cuda(0)
+    rng = np.random.default_rng(0)
+    rows = []
+    logs = [log] if log and os.path.exists(log) else []
+    for name, wl in suite.items():
+        task = Task(wl, target)
+        a, b = random_inputs(wl, rng)
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
+        b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
+        if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
+            launches = {"cuBLAS": lambda: torch._int_mm(a_mk, b_kn)}
+        else:
+            launches = {"cuBLAS": lambda: torch.matmul(a_mk, b_kn)}
+        args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev))
+        expect = reference_matmul(wl, a, b)
+        failed = {}
+
+        def checked(label, build):
+            """The kernel's launch, after one call checked against float64 numpy; None (and
+            the reason in ``failed``) where it does not build or answers wrong."""
+            try:
+                func = build().mod["main"]
+                out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
+                func(*args, out)
+                dev.sync()
+            except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
+                print(f"  {name} {label} failed: {error_line(err, 160)}", flush=True)
+                failed[label] = "-" if label == "dlight" else "failed"
+                return None
+            if not np.allclose(out.numpy().astype(expect.dtype), expect, *tolerance(wl)):
+                print(f"  {name} {label}: numerics WRONG", flush=True)
+                failed[label] = "wrong answer"
+                return None
+            return lambda: func(*args, out)
+
+        with apply_history_best(logs):
+            task_t, choice = choose(wl, target)
+        tuned_label = "tuned" if choice.tuned else "untuned"
+        for label, build in (("dlight", lambda: dlight_kernel(wl, target)),
+                             ("fallback", lambda: task.build(task.fallback_config())),
+                             (tuned_label, lambda: task_t.build(choice.config))):
+            launch = checked(label, build)
+            if launch is not None:
+                launches[label] = launch
+        samplers = {label: sampler(fn) for label, fn in launches.items()}
+        samples = {label: [] for label in samplers}
+        for _ in range(repeat):  # in turn: cuBLAS, dlight, fallback, tuned, cuBLAS, ...
+            for label, smp in samplers.items():
+                samples[label].append(smp.sample())
+        del samplers
+        res = {label: median_ms(s) for label, s in samples.items()}
+        for label in ("dlight", "fallback", tuned_label):
+            if label in failed:
+                res[label] = (float("nan") if failed[label] != "wrong answer" else float("inf"),
+                              failed[label])
+            print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]})", flush=True)
+            rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],
+                            choice.template))
+        if choice.tuned and tuned_label not in failed:
+            rows[-1].recorded_ms = choice.record_cost * 1e3
+            rows[-1].replay_ms = replay_record(task_t, choice.config)
+    return rows
+
+
+def replay_record(task, config) -> Optional[float]:
+    """The config re-measured as ``python -m tvm_ext.tune`` measures (ms): built by a pool
+    worker, run in a fresh runner process, the tuner's default timing; None if it fails."""
+    from ..measure.pool import PoolMeasurer  # noqa: PLC0415
+    # One builder and the default single runner: a fresh process times the one config.
+    with PoolMeasurer(n_parallel=1) as pool:
+        res = pool.measure(task, [config])[0]
+    if not res.ok:
+        print(f"  replay of {task.name} failed: error {res.error_no} {res.error_msg}", flush=True)
+        return None
+    return res.mean * 1e3

@@ -1,0 +1,129 @@
+"""How a scheduled kernel is compiled: pass options, the CUDA compiler mode, launch attributes.
+
+**Pass options.** A template may need PassContext options (``pass_options``).
+
+**CUDA compiler mode.** TVM keeps CUDA source in a built library and compiles it when the
+library is loaded, with NVRTC by default; NVRTC needs the ``cuda-bindings`` package. Where that
+is missing, ``use_nvcc_without_nvrtc`` chooses nvcc by setting ``TVM_CUDA_COMPILE_MODE`` (the
+only switch TVM reads) -- once, logged, and never over a mode the user chose.
+
+**Programmatic dependent launch** (PDL, sm_90): a kernel launched with it may start while the
+kernel before it in the stream is still finishing, and waits (``griddepcontrol.wait``) for that
+kernel's completion and memory before it touches global memory. Launch latency and the set-up of
+its blocks then overlap the previous kernel's tail, which cuBLAS's sm_90 kernels also use: for
+kernels of a few microseconds run back to back, the gap between kernels is a large part of the
+time.
+
+``with_dependent_launch`` takes a scheduled PrimFunc or one written with ``T.launch_thread``. At
+the start of every kernel (the body of the innermost thread binding of each top-level nest) it
+puts ``griddepcontrol.wait``, then ``griddepcontrol.launch_dependents`` (the next kernel may be
+scheduled now; its own wait keeps it from reading this kernel's output early), and it asks TVM
+to launch the kernels with the programmatic-serialization attribute. TVM gives that attribute to
+every kernel of the function, so a kernel that it cannot open with the wait (one nested under a
+statement it does not know) is an error, never a kernel launched early without its wait.
+Without the attribute (an older GPU, or a launch that did not ask), both instructions do
+nothing.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger("tvm_ext")
+
+# TVM's own spelling of the launch flag (tvm/runtime/metadata.h).
+PDL_TAG = "tirx.use_programtic_dependent_launch"
+LAUNCH_PARAMS = "tirx.kernel_launch_params"
+
+
+def grid_dependency_stmts():
+    """The two statements that open a kernel launched with PDL."""
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.script import tirx as T  # noqa: PLC0415
+    return [tirx.Evaluate(T.ptx.griddepcontrol.wait()),
+            tirx.Evaluate(T.ptx.griddepcontrol.launch_dependents())]
+
+
+def with_dependent_launch(func):
+    """``func`` with every kernel opened by ``grid_dependency_stmts`` and launched with PDL;
+    ValueError where a kernel cannot be opened."""
+    from tvm import s_tir, tirx  # noqa: PLC0415
+
+    def binds(stmt):  # a thread-binding loop (scheduled TensorIR) or T.launch_thread
+        return (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.THREAD_BINDING) or \
+            (isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent")
+
+    found = []
+
+    def visit(stmt):
+        if isinstance(stmt, s_tir.SBlockRealize):
+            b = stmt.block
+            block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint, visit(b.body),
+                                 b.init, b.alloc_buffers, b.match_buffers, b.annotations)
+            return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
+        if isinstance(stmt, tirx.SeqStmt):
+            return tirx.SeqStmt([visit(s) for s in stmt.seq])
+        if binds(stmt):
+            if binds(stmt.body):
+                body = visit(stmt.body)
+            else:
+                found.append(stmt)
+                body = tirx.SeqStmt(grid_dependency_stmts() + [stmt.body])
+            if isinstance(stmt, tirx.AttrStmt):
+                return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body)
+            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                            stmt.thread_binding, stmt.annotations)
+        if any(k in stmt.script() for k in ("thread_binding", "launch_thread", "env_thread")):
+            raise ValueError("with_dependent_launch: a kernel nested under a "
+                             f"{type(stmt).__name__} is not handled")
+        return stmt
+
+    body = visit(func.body)
+    if not found:
+        raise ValueError("with_dependent_launch: no kernel launch nest at the top of the function")
+    params = list(func.attrs[LAUNCH_PARAMS]) if func.attrs and LAUNCH_PARAMS in func.attrs \
+        else []
+    return func.with_body(body).with_attr(LAUNCH_PARAMS, params + [PDL_TAG])
+
+
+def dependent_launch(facts) -> bool:
+    """Whether kernels for a target with these hardware ``facts`` are launched with PDL:
+    CUDA sm_90 and newer, unless the environment sets ``TVM_EXT_PDL=0``."""
+    return facts["kind"] == "cuda" and facts["sm"] >= 90 and \
+        os.environ.get("TVM_EXT_PDL", "1") != "0"
+
+
+def pass_options(config):
+    """A PassContext that adds ``config`` to the current one (same opt level), or the current
+    one unchanged when there is nothing to add."""
+    import tvm  # noqa: PLC0415
+
+    ctx = tvm.transform.PassContext.current()
+    if not config:
+        return ctx
+    return tvm.transform.PassContext(opt_level=ctx.opt_level, config={**ctx.config, **config})
+
+
+def use_nvcc_without_nvrtc():
+    """TVM compiles CUDA source when a module is loaded, with NVRTC by default; NVRTC needs the
+    cuda-bindings package. Without it, use nvcc (unless the user chose a mode)."""
+    import importlib.util  # noqa: PLC0415
+    if "TVM_CUDA_COMPILE_MODE" in os.environ:
+        return
+    try:
+        has_nvrtc = importlib.util.find_spec("cuda.bindings") is not None
+    except ModuleNotFoundError:
+        has_nvrtc = False
+    if not has_nvrtc:
+        logger.debug("tvm_ext: no cuda-bindings (NVRTC); CUDA source is compiled with nvcc")
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+
+
+def compile_module(mod, target, pass_config=None):
+    """``tvm.compile`` a scheduled module for ``target`` with a template's pass options."""
+    import tvm  # noqa: PLC0415
+
+    if target.kind.name == "cuda":
+        use_nvcc_without_nvrtc()
+    with pass_options(pass_config or {}):
+        return tvm.compile(mod, target=target)

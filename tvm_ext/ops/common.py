@@ -1,0 +1,86 @@
+"""What every template shares: the plain matmul compute, the names of the blocks that computes
+and schedules agree on, and the factor helpers of the fallbacks.
+
+The block names are the contract between a compute and its schedule (and Relax's matcher of fused
+functions): a schedule looks blocks up by these constants, never by a string of its own.
+"""
+from __future__ import annotations
+
+#: The matmul block of every compute (``matmul_compute``, the mma compute, Relax's legalized
+#: matmul as ``legalize_matmul`` writes it).
+MATMUL_BLOCK = "C"
+#: The crop of an output padded by ``pad_einsum`` (TVM names it after the padded block).
+CROP_BLOCK = MATMUL_BLOCK + "_pad"
+#: The cast of an accumulator to a narrower output dtype (mma's f32 -> f16).
+CAST_BLOCK = "C_cast"
+#: The sum of split-K's partial products (a second small kernel).
+SPLIT_SUM_BLOCK = "C_sum"
+#: Blocks our computes add after the matmul; any other consumer is a fused epilogue.
+OWN_CONSUMERS = (CROP_BLOCK, CAST_BLOCK, SPLIT_SUM_BLOCK)
+
+
+def matmul_compute(wl, A=None, B=None):
+    """TE tensors [A, B, C] of the plain matmul (given A and B tensors, or placeholders);
+    accumulation in out_dtype. Also the compute of MetaSchedule's and Relax's form of every
+    template: sizes are taken from A and B, so int64-shaped tensors (Relax) give the same
+    PrimFunc as ``call_te`` does."""
+    from tvm import te  # noqa: PLC0415
+
+    batched = wl.op != "dense"
+    A = A if A is not None else te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = B if B is not None else te.placeholder(wl.b_shape, wl.dtype, name="B")
+    lead = (lambda b: (b,)) if batched else (lambda b: ())
+    m_dim = A.shape[-1] if wl.transpose_a else A.shape[-2]
+    k_dim = A.shape[-2] if wl.transpose_a else A.shape[-1]
+    n_dim = B.shape[-2] if wl.transpose_b else B.shape[-1]
+    k = te.reduce_axis((0, k_dim), name="k")
+    out = wl.out_dtype
+
+    def body(b, i, j):
+        a = A[lead(b) + ((k, i) if wl.transpose_a else (i, k))]
+        bb = B[lead(b) + ((j, k) if wl.transpose_b else (k, j))]
+        return te.sum(a.astype(out) * bb.astype(out), axis=k)
+
+    if batched:
+        C = te.compute((A.shape[0], m_dim, n_dim), lambda b, i, j: body(b, i, j), name=MATMUL_BLOCK)
+    else:
+        C = te.compute((m_dim, n_dim), lambda i, j: body(0, i, j), name=MATMUL_BLOCK)
+    return [A, B, C]
+
+
+
+def plain_compute(wl, cfg):
+    """A template's compute that does not depend on the config: the plain matmul."""
+    return matmul_compute(wl)
+
+
+def padded(n, tile):
+    """n rounded up to a multiple of tile."""
+    return -(-n // tile) * tile
+
+
+def largest_factor(n: int, at_most: int, multiple_of: int = 1) -> int:
+    """The largest divisor of n that is <= at_most and a multiple of ``multiple_of``
+    (falls back to the largest divisor <= at_most)."""
+    best = 1
+    for f in range(1, min(n, at_most) + 1):
+        if n % f == 0 and f % multiple_of == 0:
+            best = f
+    if best == 1 and multiple_of > 1:
+        return largest_factor(n, at_most)
+    return best
+
+
+
+def fallback_raster(wl, facts, tm, tn):
+    """Group the launch order only where one batch's grid is more than a wave of the SMs (then
+    a wave sweeps a square of about sqrt(SMs) x sqrt(SMs) tiles instead of whole rows)."""
+    mt, nt = -(-wl.M // tm), -(-wl.N // tn)
+    if mt * nt <= facts["num_sms"]:
+        return 1
+    for r in (8, 4, 2):
+        if mt % r == 0 and nt > r and r * r <= facts["num_sms"]:
+            return r
+    return 1
+
+

@@ -1,0 +1,177 @@
+"""The CPU templates ``batch_matmul.x86`` and ``dense_pack.x86``: one packed GEMM kernel.
+
+Strategy (the one BLAS libraries use, written as a TensorIR schedule):
+
+1. **Pack B** into panels ``B_packed[b, n // xi, k, n % xi]`` so that the micro-kernel reads xi
+   consecutive floats of B per k whatever the layout of B (for NT the raw B is K-contiguous and
+   would need a gather per element). The panel of one parallel task is packed inside that task
+   (``compute_at``), so it stays in L2 and TIR allocates only that panel.
+2. **Register micro-kernel**: a ``yi x xi`` tile of C accumulates in registers over the whole
+   reduction (``cache_write`` to "local", which LLVM promotes to vector registers); ``xi`` is
+   vectorised (a multiple of the vector width), the ``yi`` rows and ``ki`` steps of k are
+   unrolled, so each k step is one broadcast of A per row and xi/lanes FMAs per row.
+3. **Parallel** over (batch, N tiles, M tiles): one fused loop, as TOPI's x86 templates do.
+
+Knobs (meanings of TVM <= 0.19's x86 templates, so old logs replay):
+``tile_y = [yt, yo, yi]`` rows: parallel tiles, micro-tiles per task, rows in registers;
+``tile_x = [xt, xo, xi]`` columns likewise, xi = vector/pack width;
+``tile_k = [ko, ki]`` reduction, ki unrolled; ``tile_inner = [., r]`` rows of the register tile
+updated per k step (r < yi trades register pressure for reloads of B).
+batch_matmul.x86's 2-way ``tile_y = [yo, yi]`` and ``tile_x = [xo, xi]`` are the same with
+yt = 1, xo = 1.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from ..template import ScheduleTemplate
+from .common import MATMUL_BLOCK, largest_factor
+
+
+def packed_gemm_compute(wl, xi: int):
+    """TE tensors [A, B, C] of the workload, with B packed into xi-wide panels."""
+    from tvm import te  # noqa: PLC0415
+
+    if wl.N % xi:
+        raise ValueError(f"pack width {xi} does not divide N={wl.N}")
+    batched = wl.op != "dense"
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    lead = (lambda b: (b,)) if batched else (lambda b: ())
+
+    def a_at(b, m, k):
+        return A[lead(b) + ((k, m) if wl.transpose_a else (m, k))]
+
+    def b_at(b, n, k):
+        return B[lead(b) + ((n, k) if wl.transpose_b else (k, n))]
+
+    nb = wl.batch if batched else 1
+    P = te.compute((nb, wl.N // xi, wl.K, xi),
+                   lambda b, z, k, x: b_at(b, z * xi + x, k), name="B_packed")
+    k = te.reduce_axis((0, wl.K), name="k")
+    out = wl.out_dtype
+
+    def body(b, i, j):
+        return te.sum(a_at(b, i, k).astype(out) * P[b, j // xi, k, j % xi].astype(out), axis=k)
+
+    if batched:
+        C = te.compute(wl.out_shape, lambda b, i, j: body(b, i, j), name=MATMUL_BLOCK)
+    else:
+        C = te.compute(wl.out_shape, lambda i, j: body(0, i, j), name=MATMUL_BLOCK)
+    return [A, B, C]
+
+
+def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
+                         tile_k: Sequence[int], inner: int, unroll_k: bool = True):
+    """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki]."""
+    _, yo, yi = tile_y
+    _, xo, xi = tile_x
+    ki = tile_k[-1]
+    c = sch.get_sblock(MATMUL_BLOCK)
+    try:
+        pack = sch.get_sblock("B_packed")
+    except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
+        pack = sch.cache_read(c, 1, "global")
+        batched = wl.op != "dense"
+        if wl.transpose_b:  # B[.., n, k] -> panels [.., n // xi, k, n % xi]
+            index_map = (lambda b, n, k: (b, n // xi, k, n % xi)) if batched else \
+                (lambda n, k: (n // xi, k, n % xi))
+        else:  # B[.., k, n]
+            index_map = (lambda b, k, n: (b, n // xi, k, n % xi)) if batched else \
+                (lambda k, n: (n // xi, k, n % xi))
+        sch.transform_layout(pack, ("write", 0), index_map)
+    loops = sch.get_loops(c)
+    batch_loops: List = list(loops[:-3])
+    i, j, kk = loops[-3:]
+    it, io, ii = sch.split(i, [None, yo, yi])
+    jt, jo, ji = sch.split(j, [None, xo, xi])
+    ko, kin = sch.split(kk, [None, ki])
+    ii_o, ii_i = sch.split(ii, [None, inner])
+    # jt before it: consecutive tasks of one thread share a B panel.
+    sch.reorder(*batch_loops, jt, it, io, jo, ko, ii_o, kin, ii_i, ji)
+    outer = sch.fuse(*batch_loops, jt, it)
+    sch.parallel(outer)
+    # Accumulate the yi x xi tile in registers; write it back once, vectorised.
+    acc = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel only).
+    sch.compute_at(pack, outer)
+    sch.vectorize(sch.get_loops(pack)[-1])
+    sch.unroll(ii_o)
+    if unroll_k:
+        sch.unroll(kin)
+    sch.unroll(ii_i)
+    sch.vectorize(ji)
+    sch.decompose_reduction(c, ko)
+
+
+def fallback_tiles(wl, facts):
+    """A good untuned tiling from the vector width and register count (no shape constants):
+    xi = two vectors, yi as many rows as leave registers for the B vectors and a broadcast,
+    ki = 4 (enough unrolled work to hide FMA latency), enough parallel tasks for every core."""
+    lanes = facts["vector_lanes"]
+    regs = facts["vector_registers"]
+    xi = largest_factor(wl.N, 2 * lanes, lanes) if wl.N >= lanes else wl.N
+    vecs = max(1, xi // lanes)
+    yi = largest_factor(wl.M, max(1, min(8, (regs - vecs - 2) // vecs)))
+    ki = largest_factor(wl.K, 4)
+    col_tiles = wl.N // xi
+    tasks_wanted = 2 * facts["num_cores"]
+    yt = 1
+    while wl.batch * col_tiles * yt < tasks_wanted and (wl.M // yi) % (yt * 2) == 0:
+        yt *= 2
+    return {"yt": yt, "yi": yi, "xi": xi, "ki": ki}
+
+
+# ---- batch_matmul.x86: TVM <= 0.19's 2-way knobs tile_y = [yo, yi], tile_x = [xo, xi],
+# tile_k = [ko, ki]; (batch, column panels) in parallel.
+
+def _packed_compute(wl, cfg):
+    """Both templates pack B into panels of the register tile's width."""
+    return packed_gemm_compute(wl, cfg["tile_x"].size[-1])
+
+
+def _bmm_schedule(sch, cfg, wl, facts):
+    yi = cfg["tile_y"].size[-1]
+    xi = cfg["tile_x"].size[-1]
+    yt = cfg.value("yt", 1)
+    inner = cfg["tile_inner"].size[-1] if "tile_inner" in cfg else yi
+    # One parallel task per (batch, column panel, yt row chunk); the rows of a chunk are walked
+    # inside the task, so the packed panel is reused by every row tile of the chunk.
+    schedule_packed_gemm(sch, wl, tile_y=[yt, wl.M // yi // yt, yi], tile_x=[-1, 1, xi],
+                         tile_k=cfg["tile_k"].size, inner=inner,
+                         unroll_k=bool(cfg.value("unroll_k", 1)))
+
+
+def _bmm_fallback(space, wl, facts):
+    t = fallback_tiles(wl, facts)
+    return {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]], "tile_k": [-1, t["ki"]],
+            "yt": t["yt"], "tile_inner": [-1, t["yi"]], "unroll_k": 1}
+
+
+BATCH_MATMUL_X86 = ScheduleTemplate(
+    name="batch_matmul.x86", op="batch_matmul", target_kind="llvm",
+    compute=_packed_compute, schedule=_bmm_schedule, fallback=_bmm_fallback,
+    check=lambda wl, facts: None, dtypes=("float32", "float64"))
+
+
+# ---- dense_pack.x86: TVM <= 0.19's dense_pack knobs tile_y = [yt, yo, yi],
+# tile_x = [xt, xo, xi], tile_k = [ko, ki], tile_inner. The weight may be [N, K] (dense, layout
+# NT) or [K, N] (matmul, NN).
+
+def _dense_schedule(sch, cfg, wl, facts):
+    schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
+                         tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1])
+
+
+def _dense_fallback(space, wl, facts):
+    t = fallback_tiles(wl, facts)
+    return {"tile_y": [t["yt"], wl.M // t["yi"] // t["yt"], t["yi"]],
+            "tile_x": [-1, 1, t["xi"]], "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]]}
+
+
+DENSE_PACK_X86 = ScheduleTemplate(
+    name="dense_pack.x86", op="dense", target_kind="llvm",
+    compute=_packed_compute, schedule=_dense_schedule, fallback=_dense_fallback,
+    check=lambda wl, facts: None, dtypes=("float32", "float64"))

@@ -1,0 +1,99 @@
+"""Our kernels in a Relax model: ``ApplyTunedKernels`` replaces each matmul PrimFunc (plain or
+fused with its epilogue) by our template's scheduled PrimFunc (the tuned record of the apply
+context if there is one, else the fallback), marked ``tirx.is_scheduled`` and opaque so the
+default pipeline neither fuses nor reschedules it (dlight on CUDA); ``build`` runs the whole
+pipeline."""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import tvm
+from tvm import relax as _relax
+
+from ..codegen import pass_options
+from ..dispatch import choose
+from ..errors import TvmExtError
+from ..strategy import get_template
+from ..target import parse_target
+from ..workload import Workload
+from .legalize import legalize_as_strategy
+from .match import match_fused, match_matmul
+
+_OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
+
+
+def _schedule_fused(task, config, func, epilogue: List[str]):
+    """The template's schedule on the matmul block of a fused function, its elementwise
+    epilogue computed in the matmul's write-back (registers -> output, one pass)."""
+    from tvm import s_tir  # noqa: PLC0415
+    sch = s_tir.Schedule(func)
+    for name in epilogue[:-1]:
+        sch.compute_inline(sch.get_sblock(name))
+    task.template.schedule(sch, config, task.workload, task.facts)
+    sch.reverse_compute_inline(sch.get_sblock(epilogue[-1]))
+    return task.launch(sch.mod["main"])
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvm_ext.ApplyTunedKernels")
+class ApplyTunedKernels:
+    """Schedule the legalized matmul PrimFuncs with our templates (see module doc)."""
+
+    def __init__(self, target=None):
+        self.target = parse_target(target)
+        self.replaced: List[Tuple[str, Workload, str, bool]] = []
+
+    def transform_module(self, mod, _ctx):
+        updates = {}
+        for gv, f in mod.functions.items():
+            if not isinstance(f, tvm.tirx.PrimFunc) or f.attrs is not None and \
+                    f.attrs.get("tirx.is_scheduled", False):
+                continue
+            wl, fused = match_matmul(f), None
+            if wl is None:
+                fused = match_fused(f)
+                if fused is None:
+                    continue
+                wl = fused[0]
+            try:
+                task, choice = choose(wl, self.target, schedulable=fused is not None)
+            except TvmExtError:
+                continue  # no template for this dtype/target: TVM's pipeline handles it
+            if fused is None:
+                new = task.instantiate(choice.config)["main"]
+            else:
+                new = _schedule_fused(task, choice.config, f, fused[2])
+            new = new.without_attr("global_symbol")
+            for key, value in (f.attrs.items() if f.attrs is not None else []):
+                if key != "global_symbol":
+                    new = new.with_attr(key, value)
+            new = new.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", _OPAQUE) \
+                .with_attr("tvm_ext.template", task.name)
+            updates[gv] = new
+            self.replaced.append((gv.name_hint, wl, task.name, choice.tuned))
+        for gv, f in updates.items():
+            mod[gv] = f
+        return mod
+
+
+def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
+          fuse_epilogue: bool = False):
+    """LegalizeOps (with ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
+    the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
+    TVM's pipeline for everything else. ``fuse_epilogue`` (implies ``strategy``) first fuses
+    each matmul with the elementwise ops after it (TVM's FuseOps) and computes them in our
+    kernel's write-back."""
+    target = parse_target(target)
+    if fuse_epilogue:
+        mod = tvm.transform.Sequential([
+            _relax.transform.AnnotateTIROpPattern(), _relax.transform.FuseOps(),
+            _relax.transform.FuseTIR(), _relax.transform.DeadCodeElimination()])(
+                legalize_as_strategy(mod))
+    else:
+        mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
+    apply = ApplyTunedKernels(target)
+    mod = apply(mod)
+    config = {}
+    for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
+        config.update(get_template(name).pass_config)
+    with pass_options(config):
+        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)

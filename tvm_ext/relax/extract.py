@@ -1,0 +1,48 @@
+"""The matmul workloads of a Relax model, with how many kernel calls compute each."""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+import tvm
+from tvm import relax as _relax
+
+from ..errors import TvmExtError
+from ..strategy import templates_for
+from ..target import parse_target
+from ..workload import Workload
+from .match import match_matmul
+
+
+def _call_counts(mod) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    def visit(e):
+        if isinstance(e, _relax.Call) and e.op.same_as(call_tir):
+            gv = e.args[0]
+            counts[gv.name_hint] = counts.get(gv.name_hint, 0) + 1
+
+    for _, f in mod.functions.items():
+        if isinstance(f, _relax.Function):
+            _relax.analysis.post_order_visit(f, visit)
+    return counts
+
+
+def extract_tasks(mod, target=None) -> List[Tuple[Workload, int]]:
+    """Every matmul workload of a model that a template covers on ``target``, with how many
+    kernel calls compute it, most frequent (then largest) first."""
+    target = parse_target(target)
+    mod = _relax.transform.LegalizeOps()(mod)  # a no-op on a legalized module
+    counts = _call_counts(mod)
+    found: Dict[tuple, List] = {}
+    for gv, f in mod.functions.items():
+        wl = match_matmul(f)
+        if wl is None:
+            continue
+        try:
+            templates_for(wl, target)
+        except TvmExtError:
+            continue
+        entry = found.setdefault(wl.key(), [wl, 0])
+        entry[1] += counts.get(gv.name_hint, 0)
+    return sorted(((wl, n) for wl, n in found.values()), key=lambda t: (-t[1], -t[0].flop))

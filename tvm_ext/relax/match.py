@@ -1,0 +1,161 @@
+"""Recognising matmuls in legalized Relax PrimFuncs, plain or fused with an epilogue.
+
+After ``LegalizeOps``, every PrimFunc whose single block is a matmul (a reduction over one axis
+of ``C[.., m, n] += A[..] * B[..]`` with any storage order of A and B, i.e. what ``R.matmul``,
+``R.linear`` / ``nn.dense`` and ``topi.nn.batch_matmul`` legalize to) is a batch_matmul or dense
+workload. A FuseOps result whose first block is such a matmul and whose other blocks are
+elementwise ending in the output is a fused one.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import tvm
+
+from ..errors import TvmExtError
+from ..ops.common import MATMUL_BLOCK
+from ..workload import DTYPES, Workload
+
+
+def _int(x) -> Optional[int]:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def match_matmul(func) -> Optional[Workload]:
+    """The Workload a legalized PrimFunc computes, or None if it is not a plain matmul."""
+    from tvm import s_tir  # noqa: PLC0415
+    if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001  (no root block: not a TensorIR function we can read)
+        return None
+    if len(blocks) != 1:
+        return None
+    return _match_block(func, sch.get(blocks[0]), fused=False)
+
+
+def match_fused(func) -> Optional[Tuple[Workload, str, List[str]]]:
+    """(Workload, matmul block name, epilogue block names) for a FuseOps result whose first
+    block is a matmul (as ``legalize_matmul`` writes it: block ``MATMUL_BLOCK``) and whose
+    other blocks are elementwise (bias, activation, cast) ending in the function's output."""
+    from tvm import s_tir  # noqa: PLC0415
+    if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) < 3:
+        return None
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    except Exception:  # noqa: BLE001
+        return None
+    if len(blocks) < 2 or blocks[0].name_hint != MATMUL_BLOCK:
+        return None
+    wl = _match_block(func, blocks[0], fused=True)
+    if wl is None:
+        return None
+    out_shape = [_int(d) for d in blocks[0].writes[0].source.shape]
+    for blk in blocks[1:]:
+        if any(int(iv.iter_type) != 0 for iv in blk.iter_vars) or len(blk.writes) != 1:
+            return None
+        if [_int(d) for d in blk.writes[0].source.shape] != out_shape:
+            return None
+    if not blocks[-1].writes[0].source.same_as(func.params[-1]):
+        return None
+    return wl, blocks[0].name_hint, [b.name_hint for b in blocks[1:]]
+
+
+def _match_block(func, block, *, fused: bool) -> Optional[Workload]:
+    kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0 spatial, 2 reduction
+    if kinds.count(2) != 1 or kinds[-1] != 2 or len(kinds) not in (3, 4) or block.init is None:
+        return None
+    if len(block.reads) != 2 or len(block.writes) != 1:
+        return None
+    store = block.body  # C[...] = C[...] + (a product): a sum reduction
+    if type(store).__name__ != "BufferStore" or type(store.value).__name__ != "Add" or \
+            type(store.value.b).__name__ != "Mul":
+        return None
+    vars_ = [iv.var for iv in block.iter_vars]
+    k = vars_[-1]
+    out = block.writes[0]
+    out_idx = [r.min for r in out.region]
+    if len(out_idx) != len(vars_) - 1 or \
+            any(not any(v.same_as(x) for v in vars_) for x in out_idx):
+        return None
+    m, n = out_idx[-2], out_idx[-1]
+    a, b = block.reads
+    a_idx = [r.min for r in a.region]
+    b_idx = [r.min for r in b.region]
+    if len(a_idx) < 2 or len(b_idx) < 2:
+        return None
+
+    ta, tb = _storage(a_idx, m, k), _storage(b_idx, k, n)
+    if ta is None or tb is None:
+        return None
+    pa, pb, pc = func.params[0], func.params[1], out.source
+    if not (a.source.same_as(pa) and b.source.same_as(pb)):
+        return None
+    if fused == any(out.source.same_as(p) for p in func.params):
+        return None  # plain: writes the output param; fused: writes an intermediate
+    shape = [_int(d) for d in pc.shape]
+    a_shape = [_int(d) for d in pa.shape]
+    b_shape = [_int(d) for d in pb.shape]
+    if None in shape + a_shape + b_shape:
+        return None  # dynamic shapes: not for fixed-shape templates
+    dtype, out_dtype = str(pa.dtype), str(pc.dtype)
+    if dtype != str(pb.dtype) or dtype not in DTYPES or out_dtype not in DTYPES:
+        return None
+    K = a_shape[-1] if ta == "N" else a_shape[-2]
+    layout = ta + tb
+    try:
+        if len(shape) == 3:
+            if len(a_shape) != 3 or len(b_shape) != 3 or a_shape[0] != b_shape[0]:
+                return None  # broadcast batch: not a template workload
+            return Workload("batch_matmul", shape[0], shape[1], shape[2], K, dtype, out_dtype,
+                            layout)
+        if len(a_shape) != 2 or len(b_shape) != 2:
+            return None
+        return Workload("dense", 1, shape[0], shape[1], K, dtype, out_dtype, layout)
+    except TvmExtError:
+        return None
+
+
+def _storage(idx, row, col) -> Optional[str]:
+    """'N' if the last two indices are (row, col), 'T' if (col, row), else None."""
+    if idx[-2].same_as(row) and idx[-1].same_as(col):
+        return "N"
+    if idx[-2].same_as(col) and idx[-1].same_as(row):
+        return "T"
+    return None
+
+
+def _tensor_type(expr):
+    return getattr(expr, "ty", None) or getattr(expr, "struct_info", None)
+
+
+def _static_shape(expr) -> Optional[List[int]]:
+    try:
+        return [int(d) for d in _tensor_type(expr).shape.values]
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def workload_of_call(call) -> Optional[Workload]:
+    """The Workload of an ``R.matmul`` call with static shapes that a template covers."""
+    a, b = call.args[0], call.args[1]
+    sa, sb = _static_shape(a), _static_shape(b)
+    if sa is None or sb is None:
+        return None
+    dtype = str(_tensor_type(a).dtype)
+    out_dtype = str(getattr(call.attrs, "out_dtype", "") or "")
+    out_dtype = dtype if out_dtype in ("", "void") else out_dtype
+    try:
+        if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
+            return Workload("batch_matmul", sa[0], sa[1], sb[2], sa[2], dtype, out_dtype, "NN")
+        if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:
+            return Workload("dense", 1, sa[0], sb[1], sa[1], dtype, out_dtype, "NN")
+    except TvmExtError:
+        return None
+    return None

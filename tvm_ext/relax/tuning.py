@@ -1,0 +1,52 @@
+"""Tuning every matmul of a Relax model into one log, through the one tuning driver."""
+from __future__ import annotations
+
+import tvm
+
+from ..errors import TvmExtError
+from ..session import make_measurer, tune_task
+from ..target import parse_target
+from ..task import Task
+from .extract import extract_tasks
+
+
+def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: int = 0,
+               measurer=None, measure_options=None, min_trials: int = 8, callbacks=()):
+    """Tune every task of a model into one log. The budget is split by weight: a task's share
+    is its call count times its flop count, and every task gets at least ``min_trials``. One
+    measurer serves every task (``measurer``, or one made from ``measure_options``).
+    Returns [(Workload, count, trials, TuneSummary)]."""
+    target = parse_target(target)
+    tasks = extract_tasks(mod, target)
+    if not tasks:
+        raise TvmExtError("the model has no matmul that a tvm_ext template covers")
+    weights = [max(n, 1) * wl.flop for wl, n in tasks]
+    total = float(sum(weights))
+    own = measurer is None
+    measurer = measurer or make_measurer(target, measure_options)
+    out = []
+    try:
+        for (wl, n), w in zip(tasks, weights):
+            budget = max(min_trials, int(round(trials * w / total)))
+            s = tune_task(Task(wl, target), log, trials=budget, tuner=tuner, seed=seed,
+                          measurer=measurer, callbacks=callbacks)
+            out.append((wl, n, budget, s))
+    finally:
+        if own and hasattr(measurer, "close"):
+            measurer.close()
+    return out
+
+
+def load_model(path: str):
+    """An IRModule from a Python file that defines ``mod`` or ``get_model()``."""
+    import runpy  # noqa: PLC0415
+    try:
+        ns = runpy.run_path(path)
+    except FileNotFoundError:
+        raise TvmExtError(f"model file {path} does not exist") from None
+    except Exception as err:  # noqa: BLE001  (the user's file failed: say where)
+        raise TvmExtError(f"model file {path} failed: {type(err).__name__}: {err}") from None
+    mod = ns["get_model"]() if callable(ns.get("get_model")) else ns.get("mod")
+    if not isinstance(mod, tvm.IRModule):
+        raise TvmExtError(f"model file {path} must define an IRModule 'mod' or 'get_model()'")
+    return mod

@@ -1,0 +1,151 @@
+"""THE tuning driver: one way to run a tuning job, used by the CLI, ``tvm_ext.relax`` and the
+bench.
+
+    summary = tune_task(task, "log.json", trials=64, tuner="xgb", resume=True,
+                        transfer=["other_shapes.json"], measure_options=MeasureOptions())
+
+``tune_task`` makes the tuner (XGB gets loop-structure features of the scheduled kernel), warm-
+starts it from ``transfer`` logs, with ``resume`` feeds it what ``log`` already holds for this
+task (never measured twice), makes the measurer (unless one is given) and runs ``tune_loop``,
+appending every measured batch to ``log``. ``prepare`` does the first half alone (the CLI's
+dry run shows the tuner's first proposals without measuring).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Union
+
+from . import record
+from .measure import LocalMeasurer, MeasureOptions, PoolMeasurer
+from .tuner import Tuner, XGBTuner, make_tuner, warm_start
+from .tuner.features import task_loop_features
+
+logger = logging.getLogger("tvm_ext")
+
+# CUDA libraries are compiled when they are loaded: 4 loader processes per GPU keep nvcc off
+# the critical path of the timed runs.
+CUDA_LOADERS_PER_DEVICE = 4
+
+
+@dataclass
+class TuneSummary:
+    trials: int = 0
+    errors: int = 0
+    best_cost: float = float("inf")
+    best_config: object = None
+    best_gflops: float = 0.0
+    elapsed: float = 0.0
+    history: List[float] = field(default_factory=list)  # best GFLOP/s after each trial
+
+
+@dataclass
+class Prepared:
+    """A tuner ready for a task, and what it was given before measuring anything."""
+
+    tuner: Tuner
+    transferred: List[tuple] = field(default_factory=list)  # (log, records used)
+    resumed: Optional[int] = None  # configs of this task already in the log (with resume)
+
+
+def make_measurer(target, options: Optional[MeasureOptions] = None):
+    """The measurer ``options`` ask for: in-process with ``local``, else a PoolMeasurer (with
+    ``CUDA_LOADERS_PER_DEVICE`` loaders per GPU for CUDA targets unless the options say)."""
+    options = options or MeasureOptions()
+    if options.local:
+        return LocalMeasurer(options.run)
+    if target.kind.name == "cuda" and options.runners_per_device == 1:
+        options = replace(options, runners_per_device=CUDA_LOADERS_PER_DEVICE)
+    return PoolMeasurer(options)
+
+
+def prepare(task, *, tuner: Union[str, Tuner] = "xgb", seed: int = 0, log=None,
+            resume: bool = False, transfer: Sequence = ()) -> Prepared:
+    """The tuner for ``task``: made by name (or given), warm-started from the records of the
+    ``transfer`` logs (paths or record lists), and with ``resume`` told the configs of this task
+    that ``log`` holds. A log that holds no record for the task's target is refused
+    (LogError) before anything is measured."""
+    t = make_tuner(tuner, task.space, seed=seed) if isinstance(tuner, str) else tuner
+    if isinstance(t, XGBTuner) and t.loop_features is None:
+        t.loop_features = task_loop_features(task)
+    prepared = Prepared(t)
+    for src in transfer:
+        records = record.load(src) if isinstance(src, (str, Path)) else list(src)
+        prepared.transferred.append(
+            (src, warm_start(t, task, record.for_target(records, task.target))))
+    if log is not None and Path(log).exists():
+        records = record.load(log)  # a corrupt middle line: LogError, nothing written
+        record.check_target(records, task.target, log)
+        if resume:
+            previous = [r for r in record.for_target(records, task.target)
+                        if r.key() == task.workload.key() and r.task_name == task.name]
+            known = [(task.space.index_of(r.config), r.result.mean) for r in previous]
+            known = [(i, c) for i, c in known if i is not None]
+            t.load_history([i for i, _ in known], [c for _, c in known])
+            prepared.resumed = len(known)
+    elif resume:
+        prepared.resumed = 0
+    return prepared
+
+
+def tune_loop(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8,
+              early_stopping: Optional[int] = None, stop_at_cost: Optional[float] = None,
+              callbacks: Sequence[Callable] = ()) -> TuneSummary:
+    """Ask, measure, tell until ``n_trial`` configs are measured, the space is exhausted,
+    ``early_stopping`` trials pass without a better config, or (``stop_at_cost``, seconds) a
+    config at least that fast is found. Each callback is called as ``cb(task, configs, results)``
+    after every batch (log writer, progress line)."""
+    summary = TuneSummary()
+    start = time.time()
+    last_improvement = 0
+    while summary.trials < n_trial:
+        indices = tuner.ask(min(batch_size, n_trial - summary.trials))
+        if not indices:
+            break
+        configs = [task.config(i) for i in indices]
+        results = measurer.measure(task, configs)
+        tuner.tell(indices, [r.mean for r in results])
+        for cfg, res in zip(configs, results):
+            summary.trials += 1
+            if not res.ok:
+                summary.errors += 1
+            elif res.mean < summary.best_cost:
+                summary.best_cost, summary.best_config = res.mean, cfg
+                summary.best_gflops = task.flop / res.mean / 1e9
+                last_improvement = summary.trials
+            summary.history.append(summary.best_gflops)
+        summary.elapsed = time.time() - start
+        for cb in callbacks:
+            cb(task, configs, results)
+        if early_stopping and summary.trials - last_improvement >= early_stopping:
+            logger.info("tvm_ext: early stop after %d trials without improvement",
+                        early_stopping)
+            break
+        if stop_at_cost is not None and summary.best_cost <= stop_at_cost:
+            break
+    summary.elapsed = time.time() - start
+    return summary
+
+
+def tune_task(task, log=None, *, trials: int, tuner: Union[str, Tuner, Prepared] = "xgb",
+              seed: int = 0, resume: bool = False, transfer: Sequence = (), measurer=None,
+              measure_options: Optional[MeasureOptions] = None, batch_size: int = 8,
+              early_stopping: Optional[int] = None, stop_at_cost: Optional[float] = None,
+              callbacks: Sequence[Callable] = ()) -> TuneSummary:
+    """Tune ``task`` for ``trials`` configs into ``log`` (appended to; None: no log). A
+    ``measurer`` given is used and left open; otherwise one is made from ``measure_options``
+    and closed at the end. ``tuner`` may be a name, a Tuner, or ``prepare``'s result."""
+    prepared = tuner if isinstance(tuner, Prepared) else \
+        prepare(task, tuner=tuner, seed=seed, log=log, resume=resume, transfer=transfer)
+    writers = [record.LogWriter(log)] if log is not None else []
+    own = measurer is None
+    measurer = measurer or make_measurer(task.target, measure_options)
+    try:
+        return tune_loop(task, prepared.tuner, measurer, n_trial=trials, batch_size=batch_size,
+                         early_stopping=early_stopping, stop_at_cost=stop_at_cost,
+                         callbacks=[*writers, *callbacks])
+    finally:
+        if own and hasattr(measurer, "close"):
+            measurer.close()

@@ -1,0 +1,121 @@
+"""Spaces as data: ``tuning_spaces/<template>.json`` read and built into a ConfigSpace.
+
+A space file is an object with ``"knobs"`` (a list, in AutoTVM's definition order), an optional
+``"let"`` (an ordered object of name: expression, named terms for the constraints) and an
+optional ``"constraints"`` list (an expression, or ``{"expr": ..., "why": ...}``).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+from ..errors import SpaceError
+from .config import ConfigSpace
+from .expr import eval_expr
+
+
+def data_dir(name: str) -> Path:
+    """``tuning_spaces`` or ``logs``: at the top of the repository in a checkout (or editable
+    install), else under ``<prefix>/share/tvm_ext`` where setup.py installs them."""
+    here = Path(__file__).resolve().parents[2] / name  # tvm_ext/space/spec.py -> repository
+    if here.is_dir():
+        return here
+    return Path(sys.prefix) / "share" / "tvm_ext" / name
+
+
+SPACES_DIR = data_dir("tuning_spaces")
+
+
+def load_space_spec(template: str, path: Optional[str] = None) -> Dict[str, Any]:
+    """Read a space file: the user's ``path`` or the shipped ``tuning_spaces/<template>.json``."""
+    p = Path(path) if path else SPACES_DIR / f"{template}.json"
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise SpaceError(f"cannot read space file {p}: {err.strerror or err}") from None
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpaceError(f"space file {p} is not valid JSON (line {err.lineno}: {err.msg})") \
+            from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("knobs"), list):
+        raise SpaceError(f"space file {p} needs an object with a 'knobs' list")
+    if spec.get("template", template) != template:
+        raise SpaceError(f"space file {p} is for template '{spec.get('template')}', "
+                         f"not '{template}'")
+    return spec
+
+
+def build_space(spec: Mapping[str, Any], axes: Mapping[str, int],
+                facts: Optional[Mapping[str, Any]] = None) -> ConfigSpace:
+    """A ConfigSpace from a space spec.
+
+    ``axes`` maps axis names used by split knobs ("M", "N", "K", "B") to their lengths; ``facts``
+    are extra names for filters and constraints (hardware facts, dtype sizes). A knob's
+    ``"when"`` expression (over facts) leaves the knob out where false, and its ``"default"``
+    value is then used by the template. ``"let"`` names terms over facts, axes, knobs and earlier
+    let terms (in file order), evaluated per config for the constraints.
+    """
+    names = {**(facts or {}), **axes}
+    space = ConfigSpace(names, spec.get("template", ""))
+    for k in spec["knobs"]:
+        try:
+            name, kind = k["name"], k["kind"]
+        except KeyError as err:
+            raise SpaceError(f"knob {k} lacks field {err}") from None
+        if "when" in k and not eval_expr(k["when"], names):
+            continue
+        if kind == "split":
+            axis = k.get("axis")
+            if axis not in axes:
+                raise SpaceError(f"split '{name}' names axis '{axis}'; "
+                                 f"this template has {', '.join(axes)}")
+            space.facts["_len_" + name] = axes[axis]
+            max_factor = k.get("max_factor")
+            if isinstance(max_factor, str):
+                max_factor = eval_expr(max_factor, names)
+            space.define_split(name, axes[axis], k.get("policy", "factors"),
+                               num_outputs=k.get("num_outputs", 2), max_factor=max_factor,
+                               filter=k.get("filter"), no_tail=k.get("no_tail"),
+                               candidate=k.get("candidate"))
+        elif kind == "knob":
+            cands = k.get("candidates")
+            if not isinstance(cands, list):
+                raise SpaceError(f"knob '{name}' needs a 'candidates' list")
+            if "filter" in k:
+                cands = [c for c in cands if eval_expr(k["filter"], {**names, "value": c})]
+            space.define_knob(name, cands)
+        elif kind == "reorder":
+            space.define_reorder(name, k["num_axes"], k.get("policy", "all"),
+                                 **{x: k[x] for x in ("interval", "candidate") if x in k})
+        elif kind == "annotate":
+            space.define_annotate(name, k["num_axes"], k.get("policy", "try_unroll"),
+                                  **({"candidate": k["candidate"]} if "candidate" in k else {}))
+        else:
+            raise SpaceError(f"knob '{name}' has unknown kind '{kind}' "
+                             "(split, knob, reorder, annotate)")
+    lets = spec.get("let", {})
+    if not isinstance(lets, Mapping):
+        raise SpaceError(f"space 'let' must be an object of name: expression, got {lets!r}")
+    for name, expr in lets.items():
+        space.define_let(name, expr)
+    for c in spec.get("constraints", []):
+        if isinstance(c, dict):
+            space.add_constraint(c["expr"], c.get("why"))
+        else:
+            space.add_constraint(c)
+    return space
+
+
+def knob_defaults(spec: Mapping[str, Any]) -> Dict[str, Any]:
+    """Values of knobs that a spec leaves out (through ``when``) or marks with a default."""
+    return {k["name"]: k["default"] for k in spec["knobs"] if "default" in k}
+
+
+def knob_default_exprs(spec: Mapping[str, Any]) -> Dict[str, str]:
+    """Knobs whose default depends on the config's other knobs: ``"default_expr"`` is an
+    expression over them (as in constraints), e.g. ``"[-1, tile_y[-1]]"`` for a split that
+    did not exist when ``tile_y`` alone set the register tile."""
+    return {k["name"]: k["default_expr"] for k in spec["knobs"] if "default_expr" in k}
