@@ -225,3 +225,18 @@ def test_split_k_record_in_a_relax_model_builds_fused_and_unfused(tmp_path):
         kernels[fuse] = set(re.findall(r"__global__ void __launch_bounds__\(\d+\) (\w+)\(", src))
     assert {"matmul_kernel", "matmul_kernel_1"} <= kernels[False]  # partial products + sum
     assert kernels[True] == {"fused_tvm_ext_matmul_add_relu_kernel"}
+
+
+@pytest.mark.parametrize("template", TEMPLATES)
+def test_padding_is_computed_inside_the_loads(template):
+    """An unaligned shape is padded inside the kernel: the kernel reads A and B themselves (a
+    pad block left un-inlined becomes a padded copy the kernel reads past the real buffers)."""
+    for dtype in ("float16", "int8"):
+        wl = Workload.create(_op(template), UNALIGNED[_op(template)], dtype)
+        task = Task(wl, cuda_target("sm_90"), template=template)
+        for cfg in sample_configs(task, 3, 5):
+            kernel = r"__global__ void (?:__launch_bounds__\(\d+\) )?\w+\(([^)]*)\)"
+            signatures = re.findall(kernel, cuda_source(task, cfg))
+            params = " ".join(signatures)
+            assert "A_ptr" in params and "B_ptr" in params and "_pad_ptr" not in params, \
+                (wl, cfg, signatures)

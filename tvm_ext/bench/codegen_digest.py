@@ -30,6 +30,17 @@ CASES = [
     ("batch_matmul_mma.cuda", "batch_matmul", (8, 256, 256, 128), "float16", "TN", "cuda"),
     ("dense_wgmma.cuda", "dense", (1024, 1024, 1024), "float16", "NT", "cuda"),
     ("batch_matmul_wgmma.cuda", "batch_matmul", (16, 256, 512, 128), "float16", "NN", "cuda"),
+    # Shapes that are not multiples of the tiles (padding inside the kernel), and int8.
+    ("batch_matmul.x86", "batch_matmul", (3, 50, 70, 56), "float32", "NN", "llvm"),
+    ("dense_pack.x86", "dense", (100, 72, 200), "float32", "TN", "llvm"),
+    ("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 56), "float32", "TT", "cuda"),
+    ("dense_large_batch.cuda", "dense", (100, 72, 200), "float16", "NT", "cuda"),
+    ("dense_tensorcore.cuda", "dense", (100, 72, 200), "float16", "NN", "cuda"),
+    ("dense_tensorcore.cuda", "dense", (100, 72, 200), "int8", "TT", "cuda"),
+    ("batch_matmul_tensorcore.cuda", "batch_matmul", (3, 50, 70, 56), "float16", "TN", "cuda"),
+    ("dense_mma.cuda", "dense", (100, 72, 200), "float16", "TN", "cuda"),
+    ("dense_mma.cuda", "dense", (128, 64, 128), "int8", "NT", "cuda"),
+    ("batch_matmul_mma.cuda", "batch_matmul", (3, 50, 70, 56), "int8", "NN", "cuda"),
 ]
 
 
@@ -61,7 +72,7 @@ def _stable(ll):
 
 
 def _digest(args):
-    """(template, [digest per config]) of one chunk of configs (in a pool process)."""
+    """[digest per config] of one chunk of configs of one case (in a pool process)."""
     case, entities = args
     from ..space import ConfigEntity  # noqa: PLC0415
     task = _task(case)
@@ -73,7 +84,11 @@ def _digest(args):
             out.append(hashlib.sha256(src.encode()).hexdigest())
         except Exception as err:  # noqa: BLE001  (a config that fails is a digest too)
             out.append("error: " + str(err).strip().splitlines()[-1][:200])
-    return case[0], out
+    return out
+
+
+def _label(case):
+    return f"{case[0]} {'x'.join(map(str, case[2]))} {case[3]} {case[4]}"
 
 
 def main(argv=None):
@@ -82,45 +97,43 @@ def main(argv=None):
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("mode", choices=("write", "check"))
     p.add_argument("path", help="the digest file (JSON)")
-    p.add_argument("--n", type=int, default=64, help="sampled configs per template (write)")
+    p.add_argument("--n", type=int, default=64, help="sampled configs per case (write)")
     args = p.parse_args(argv)
-    mode, path, n = args.mode, args.path, args.n
-    if mode == "write":
+    if args.mode == "write":
         jobs = []
         for case in CASES:
             task = _task(case)
-            picks = task.space.random_valid(np.random.default_rng(7), n, max_draws=400000)
+            picks = task.space.random_valid(np.random.default_rng(7), args.n, max_draws=400000)
             cfgs = [task.fallback_config()] + [task.config(i) for i in picks]
             jobs.append((case, [c.to_json_dict() for c in cfgs]))
     else:
-        data = json.load(open(path))
-        jobs = [(tuple(d["case"][:2]) + (tuple(d["case"][2]),) + tuple(d["case"][3:]),
+        with open(args.path) as f:
+            data = json.load(f)
+        jobs = [((d["case"][0], d["case"][1], tuple(d["case"][2]), *d["case"][3:]),
                  d["configs"]) for d in data]
-    chunks = []
-    for case, ents in jobs:
-        for i in range(0, len(ents), 8):
-            chunks.append((case, ents[i:i + 8]))
+    chunks = [(k, case, ents[i:i + 8]) for k, (case, ents) in enumerate(jobs)
+              for i in range(0, len(ents), 8)]
     with ProcessPoolExecutor(2) as ex:
-        res = list(ex.map(_digest, chunks))
-    digests = {}
-    for (case, _), (name, d) in zip(chunks, res):
-        digests.setdefault(name, []).extend(d)
-    if mode == "write":
-        json.dump([{"case": list(case), "configs": ents, "digests": digests[case[0]]}
-                   for case, ents in jobs], open(path, "w"))
-        for case, ents in jobs:
-            errs = sum(d.startswith("error") for d in digests[case[0]])
-            print(f"{case[0]}: {len(ents)} configs, {errs} errors")
-    else:
-        bad = 0
-        for d in data:
-            new = digests[d["case"][0]]
-            diff = [i for i, (a, b) in enumerate(zip(d["digests"], new)) if a != b]
-            bad += len(diff)
-            print(f"{d['case'][0]}: {len(new)} configs, {len(diff)} differ {diff[:5]}")
-        print("IDENTICAL" if not bad else f"{bad} DIFFER")
-        sys.exit(1 if bad else 0)
+        res = list(ex.map(_digest, [(case, ents) for _, case, ents in chunks]))
+    digests = [[] for _ in jobs]
+    for (k, _, _), d in zip(chunks, res):
+        digests[k].extend(d)
+    if args.mode == "write":
+        with open(args.path, "w") as f:
+            json.dump([{"case": list(case), "configs": ents, "digests": digests[k]}
+                       for k, (case, ents) in enumerate(jobs)], f)
+        for k, (case, ents) in enumerate(jobs):
+            errs = sum(d.startswith("error") for d in digests[k])
+            print(f"{_label(case)}: {len(ents)} configs, {errs} errors")
+        return 0
+    bad = 0
+    for k, (case, _) in enumerate(jobs):
+        diff = [i for i, (a, b) in enumerate(zip(data[k]["digests"], digests[k])) if a != b]
+        bad += len(diff)
+        print(f"{_label(case)}: {len(digests[k])} configs, {len(diff)} differ {diff[:5]}")
+    print("IDENTICAL" if not bad else f"{bad} DIFFER")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

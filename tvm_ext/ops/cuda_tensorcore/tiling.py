@@ -149,7 +149,7 @@ def copy_vec(wl, vec, pad, transposing, async_copy=False):
 def inline_producer(sch, block):
     """Inline the pad block that feeds a shared-memory load (zeros outside the tensor)."""
     for p in sch.get_producers(block):
-        if sch.get(p).name_hint.endswith("pad_to_tiles"):
+        if sch.get(p).name_hint.endswith("_pad"):
             sch.compute_inline(p)
 
 
