@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Union
 
@@ -38,6 +39,18 @@ class Choice:
     config: ConfigEntity
     tuned: bool
     record_cost: Optional[float] = None  # seconds, from the log
+    # Knobs the record did not have and no space-file default explains: completed with the
+    # fallback's values, so the kernel built is not quite the one the record measured.
+    completed: List[str] = field(default_factory=list)
+
+    @property
+    def how(self) -> str:
+        if not self.tuned:
+            return "fallback"
+        how = f"tuned ({self.record_cost * 1e3:.4f} ms in log)"
+        if self.completed:
+            how += f", completed from fallback ({', '.join(self.completed)})"
+        return how
 
 
 @dataclass
@@ -46,6 +59,9 @@ class ApplyReport:
     # Records passed over because this target's space rejects their config (e.g. a register
     # tile tuned for AVX-512's 32 vector registers, on an AVX2 host): one line each.
     skipped: List[str] = field(default_factory=list)
+    # Records set aside when the logs were read, never applied, counted per reason: templates
+    # this version does not have (conv2d in a TopHub log, dense_nopack.x86), impossible costs.
+    set_aside: Counter = field(default_factory=Counter)
 
     @property
     def tuned(self) -> List[Choice]:
@@ -58,15 +74,16 @@ class ApplyReport:
     def summary(self) -> str:
         skipped = (f"; {len(self.skipped)} records skipped (their configs break this target's "
                    "space)") if self.skipped else ""
+        aside = f"; {rec.set_aside_line(self.set_aside)}" if self.set_aside else ""
         return (f"tvm_ext: {len(self.tuned)} of {len(self.choices)} kernels used a tuned config, "
-                f"{len(self.fallback)} fell back{skipped}")
+                f"{len(self.fallback)} fell back{skipped}{aside}")
 
     def __str__(self):
         lines = [self.summary()]
         for c in self.choices:
-            how = f"tuned ({c.record_cost * 1e3:.4f} ms in log)" if c.tuned else "fallback"
-            lines.append(f"  {c.workload}: {c.template} {how}")
+            lines.append(f"  {c.workload}: {c.template} {c.how}")
         lines += [f"  skipped: {line}" for line in self.skipped]
+        lines += [f"  set aside: {n} records: {why}" for why, n in sorted(self.set_aside.items())]
         return "\n".join(lines)
 
 
@@ -75,6 +92,7 @@ class ApplyHistoryBest:
 
     def __init__(self, logs: Union[str, os.PathLike, Sequence, None] = None):
         self.records: List[rec.Record] = []
+        self.report = ApplyReport()
         if logs is None:
             logs = []
         elif isinstance(logs, (str, os.PathLike)):
@@ -83,13 +101,15 @@ class ApplyHistoryBest:
             if isinstance(item, rec.Record):
                 self.records.append(item)
             else:
-                self.records.extend(rec.load(item))
+                records, set_aside = rec.load_log(item)
+                self.records.extend(records)
+                self.report.set_aside.update(set_aside)
         # Records of templates this version does not have (e.g. dense_nopack.x86 from an old
         # AutoTVM log) cannot be replayed; they are set aside and counted, not fatal.
         known = {t.name for t in all_templates()}
-        self.unknown_template = sum(r.task_name not in known for r in self.records)
+        self.report.set_aside.update(f"{r.task_name} (no such template)" for r in self.records
+                                     if r.task_name not in known)
         self.records = [r for r in self.records if r.task_name in known]
-        self.report = ApplyReport()
         self._token = None
 
     def query(self, workload: Workload, target) -> List[rec.Record]:
@@ -103,11 +123,8 @@ class ApplyHistoryBest:
 
     def __exit__(self, *exc):
         _CURRENT.reset(self._token)
-        if self.report.choices:
+        if self.report.choices or self.report.set_aside:
             logger.info(self.report.summary())
-        if self.unknown_template:
-            logger.info("tvm_ext: %d log records were for templates this version does not "
-                        "have and were not used", self.unknown_template)
 
 
 def apply_history_best(logs) -> ApplyHistoryBest:
@@ -159,21 +176,32 @@ class Kernel:
 def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     """(Task, Choice) for a workload: the best applicable record of the current context,
     else the fallback config of the highest-priority template. ``schedulable``: only templates
-    with a TensorIR schedule (a Relax function with a fused epilogue needs one)."""
+    with a TensorIR schedule (a Relax function with a fused epilogue needs one).
+
+    A record applies only as measured: each of its knobs a value of this target's space, and
+    the config within the space's rules; otherwise it is passed over and listed in the
+    report's ``skipped`` with the reason. A record that lacks a knob no space-file default
+    explains is completed from the fallback and ranks after every fully measured record."""
     target = parse_target(target)
     ctx = current()
-    choice = None
+    choice = completed = None
     for best in (ctx.query(workload, target) if ctx is not None else []):
         task = Task(workload, target, template=best.task_name)
         if schedulable and not task.template.schedulable:
             continue
-        config = task.config_of_record(best.config)
-        broken = task.space.violations(config)
-        if not broken:  # the target's space accepts it: the kernel the record measured
-            choice = Choice(workload, task.name, config, True, best.result.mean)
+        fit = task.fit_record(best.config)
+        if fit.problems:
+            ctx.report.skipped.append(f"{workload}: {best.task_name} record tuned on "
+                                      f"{describe(best.target)}: {'; '.join(fit.problems)}")
+            continue
+        found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
+                              fit.completed))
+        if not fit.completed:
+            task, choice = found
             break
-        ctx.report.skipped.append(f"{workload}: {best.task_name} record tuned on "
-                                  f"{describe(best.target)} breaks {', '.join(broken)}")
+        completed = completed or found
+    if choice is None and completed is not None:
+        task, choice = completed
     if choice is None:
         task = Task(workload, target,
                     template=templates_for(workload, target, schedulable=schedulable)[0].name)

@@ -46,6 +46,9 @@ class Record:
     config: ConfigEntity
     result: MeasureResult
     line_no: int = 0
+    # The TVM version that wrote the record ("0.27.0.post1" for ours; older for AutoTVM and
+    # TopHub logs, None where the record does not say): knob meanings changed across versions.
+    tvm_version: Optional[str] = None
 
     def key(self):
         """Workload identity (not the template): the best record per key is applied."""
@@ -68,16 +71,18 @@ def op_of_task(task_name: str, args=None) -> str:
         rank = None
     if rank in (2, 3):
         return "dense" if rank == 2 else "batch_matmul"
-    raise SetAside(task_name)
+    raise SetAside(task_name, f"{task_name} (no such template)")
 
 
 class SetAside(ValueError):
-    """A well-formed record of an operator tvm_ext has no template for (conv2d in a TopHub
-    log): set aside and counted by ``load``, never fatal."""
+    """A well-formed record that cannot be applied: one of an operator tvm_ext has no template
+    for (conv2d in a TopHub log), or one whose time is no time (zero, negative, infinite). It
+    is set aside and counted by ``load_log`` under ``why``, never fatal, never applied."""
 
-    def __init__(self, task_name: str):
-        super().__init__(f"record for unknown template '{task_name}'")
+    def __init__(self, task_name: str, why: Optional[str] = None):
         self.task_name = task_name
+        self.why = why or task_name
+        super().__init__(f"record set aside: {self.why}")
 
 
 def encode(target: str, task_name: str, workload: Workload, config: ConfigEntity,
@@ -118,13 +123,14 @@ def decode(line: str) -> Record:
         raise ValueError("record without error has non-numeric costs")
     if error_no == 0 and not all(math.isfinite(c) and c > 0 for c in numeric):
         # A zero cost would be an infinitely fast kernel, a negative one a nonsense time: the
-        # record cannot rank kernels, so it is refused rather than applied.
-        raise ValueError(f"record without error has a cost that is not a positive number "
-                         f"({', '.join(repr(c) for c in numeric)})")
+        # record cannot rank kernels. It is set aside (the rest of the log stays usable).
+        raise SetAside(str(task_name), f"{task_name} with a cost that is not a positive time")
     msg = "" if error_no == 0 else "; ".join(str(c) for c in costs if c not in numeric)
     result = MeasureResult([float(c) for c in numeric] if error_no == 0 else [], int(error_no),
                            float(all_cost), float(timestamp), msg)
-    return Record(str(target), str(task_name), workload, config, result)
+    version = obj.get("tvm_version")
+    return Record(str(target), str(task_name), workload, config, result,
+                  tvm_version=str(version) if version is not None else None)
 
 
 def load(path: Union[str, os.PathLike]) -> List[Record]:
@@ -136,9 +142,8 @@ def load(path: Union[str, os.PathLike]) -> List[Record]:
 
 
 def set_aside_line(set_aside: Counter) -> str:
-    counts = ", ".join(f"{name}: {n}" for name, n in sorted(set_aside.items()))
-    return (f"{sum(set_aside.values())} records of templates this version does not have were "
-            f"set aside ({counts})")
+    counts = ", ".join(f"{why}: {n}" for why, n in sorted(set_aside.items()))
+    return f"{sum(set_aside.values())} records set aside, not applied ({counts})"
 
 
 def load_log(path: Union[str, os.PathLike]) -> Tuple[List[Record], Counter]:
@@ -160,7 +165,7 @@ def load_log(path: Union[str, os.PathLike]) -> Tuple[List[Record], Counter]:
         try:
             rec = decode(line)
         except SetAside as err:
-            set_aside[err.task_name] += 1
+            set_aside[err.why] += 1
             first = False
             continue
         except ValueError as err:
@@ -276,6 +281,7 @@ class LogWriter:
     def __init__(self, path):
         self.path = Path(path)
         self.pending: List[str] = []
+        check_appendable(self.path)  # before anything is measured
 
     def __call__(self, task, configs, results):
         self.pending += [encode(task.target_str, task.name, task.workload, c, r)
@@ -316,6 +322,7 @@ def merge(paths: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
     """Append the records of ``paths`` (or only the best per workload and target) to ``out``;
     returns how many were written. ``out`` is appended to, never rewritten."""
     records = [r for p in paths for r in load(p)]
+    check_appendable(out)
     if best_only:
         records = list(best_per_target(records).values())
     append(out, (encode(r.target, r.task_name, r.workload, r.config, r.result)

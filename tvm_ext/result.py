@@ -1,6 +1,7 @@
 """Measurement results and AutoTVM's error numbers."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -29,6 +30,15 @@ class MeasureResult:
     all_cost: float = 0.0
     timestamp: float = field(default_factory=time.time)
     error_msg: str = ""
+
+    def __post_init__(self):
+        # A time of zero, below zero or not finite measured nothing (a timer's resolution, a
+        # broken clock): it is an error, so no log ever holds it as a kernel's time.
+        if self.error_no == MeasureErrorNo.NO_ERROR and \
+                not all(isinstance(c, (int, float)) and math.isfinite(c) and c > 0
+                        for c in self.costs):
+            self.error_msg = f"the timer gave no positive time ({self.costs})"
+            self.costs, self.error_no = [], int(MeasureErrorNo.UNKNOWN_ERROR)
 
     @property
     def ok(self) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional
 
 from . import codegen
 from .errors import TemplateError
@@ -15,6 +16,17 @@ from .strategy import get_template, templates_for
 from .target import hardware_facts, parse_target, target_str
 from .template import Template
 from .workload import Workload
+
+
+@dataclass
+class RecordFit:
+    """``Task.fit_record``'s answer: the config to build (None where a knob is not a value of the
+    space), the rules the record breaks (empty: it applies), and the knobs completed from the
+    fallback's values (not measured by the record)."""
+
+    config: Optional[ConfigEntity]
+    problems: List[str]
+    completed: List[str]
 
 
 class InstantiationError(RuntimeError):
@@ -78,6 +90,26 @@ class Task:
         default_expr, else the fallback's value; knobs the template no longer has are ignored."""
         given = {name: config[name] for name in self.space.knobs if name in config}
         return self._indexed(ConfigEntity(None, self._complete(given), config.code_hash))
+
+    def fit_record(self, config: ConfigEntity) -> "RecordFit":
+        """How a record's config fits this task's space, before anything is built: each knob
+        the record gives must be one of the space's values for that knob (the right kind, a
+        split of the right length, a factor the space offers); knobs it lacks are completed (see
+        ``config_of_record``), and those that only the fallback could complete are named, since
+        the record never measured them."""
+        explained = set(knob_defaults(self.spec)) | set(knob_default_exprs(self.spec))
+        completed = [n for n in self.space.knobs if n not in config and n not in explained]
+        outside = [f"knob '{name}' = {config[name]!r} is not a value of this space"
+                   for name, knob in self.space.knobs.items()
+                   if name in config and knob.index_of(config[name]) is None]
+        try:
+            cfg = self.config_of_record(config)
+            broken = self.space.violations(cfg)
+        except Exception as err:  # noqa: BLE001  (a value of the wrong type in an expression)
+            cfg, broken = None, [] if outside else [f"its config cannot be evaluated ({err})"]
+        if broken or outside:  # both: the value, and the rule it breaks where one does
+            return RecordFit(None, outside + broken, [])
+        return RecordFit(cfg, [], completed)
 
     def _indexed(self, cfg: ConfigEntity) -> ConfigEntity:
         cfg.index = self.space.index_of(cfg)
