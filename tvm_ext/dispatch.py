@@ -19,7 +19,9 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
+from . import legacy
 from . import record as rec
+from .errors import SpaceError
 from .space import ConfigEntity
 from .target import describe, parse_target
 from .task import Task
@@ -42,12 +44,17 @@ class Choice:
     # Knobs the record did not have and no space-file default explains: completed with the
     # fallback's values, so the kernel built is not quite the one the record measured.
     completed: List[str] = field(default_factory=list)
+    # For a record written by TVM <= 0.19 whose knobs meant something else: how it was
+    # translated into ours (``tvm_ext.legacy``); empty for a record applied as is.
+    translated: str = ""
 
     @property
     def how(self) -> str:
         if not self.tuned:
             return "fallback"
         how = f"tuned ({self.record_cost * 1e3:.4f} ms in log)"
+        if self.translated:
+            how += f", translated from {self.translated}"
         if self.completed:
             how += f", completed from fallback ({', '.join(self.completed)})"
         return how
@@ -189,13 +196,24 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
         task = Task(workload, target, template=best.task_name)
         if schedulable and not task.template.schedulable:
             continue
-        fit = task.fit_record(best.config)
+        label = f"{workload}: {best.task_name} record tuned on {describe(best.target)}"
+        try:  # what the record's knobs meant in the TVM version that wrote it
+            meaning = legacy.translate(best, task.space)
+        except SpaceError as err:  # no space of this template for the shape
+            ctx.report.skipped.append(f"{label}: {err}")
+            continue
+        if not meaning.applies:
+            ctx.report.skipped.append(f"{label} (TVM {best.tvm_version or 'unknown'}): "
+                                      f"{meaning.reason}")
+            continue
+        config = best.config if meaning.values is None else \
+            task.space.config_from_values(meaning.values, fallback=False)
+        fit = task.fit_record(config)
         if fit.problems:
-            ctx.report.skipped.append(f"{workload}: {best.task_name} record tuned on "
-                                      f"{describe(best.target)}: {'; '.join(fit.problems)}")
+            ctx.report.skipped.append(f"{label}: {'; '.join(fit.problems)}")
             continue
         found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
-                              fit.completed))
+                              fit.completed, meaning.reason if meaning.values else ""))
         if not fit.completed:
             task, choice = found
             break

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .errors import LogError, TvmExtError
+from .errors import LogError, TvmExtError, WorkloadError
 from .result import MeasureResult
 from .space import ConfigEntity
 from .target import describe, target_machine, target_matches
@@ -85,14 +85,30 @@ class SetAside(ValueError):
         super().__init__(f"record set aside: {self.why}")
 
 
+def _workload_of(task_name: str, args) -> Workload:
+    """The workload of a record's arguments. Arguments that are no matmul of ours, under a name
+    that is not one of our ops on a target we tune (conv1d_transpose_nchw.cuda, whose first
+    tensor is 3-D; dense_packed.vta), make the record one of another operator: set aside."""
+    op = op_of_task(task_name, args)
+    try:
+        return Workload.from_args(op, args)
+    except WorkloadError:
+        base, _, kind = task_name.partition(".")
+        if not base.startswith(("batch_matmul", "dense", "matmul")) or \
+                kind not in ("cuda", "x86", "llvm", "gpu"):
+            raise SetAside(task_name, f"{task_name} (no such template)") from None
+        raise
+
+
 def encode(target: str, task_name: str, workload: Workload, config: ConfigEntity,
-           result: MeasureResult) -> str:
+           result: MeasureResult, *, tvm_version: Optional[str] = TVM_VERSION) -> str:
     costs = result.costs if result.ok else [result.error_msg or f"error {result.error_no}"]
     return json.dumps({
         "input": [target, task_name, workload.to_args(), {}],
         "config": config.to_json_dict(),
         "result": [costs, int(result.error_no), float(result.all_cost), float(result.timestamp)],
-        "version": VERSION, "tvm_version": TVM_VERSION}, separators=(", ", ": "))
+        "version": VERSION, **({"tvm_version": tvm_version} if tvm_version else {})},
+        separators=(", ", ": "))
 
 
 def decode(line: str) -> Record:
@@ -106,7 +122,7 @@ def decode(line: str) -> Record:
         raise ValueError("not a tuning record (needs input, config and result)")
     try:
         target, task_name, args = obj["input"][0], obj["input"][1], obj["input"][2]
-        workload = Workload.from_args(op_of_task(task_name, args), args)
+        workload = _workload_of(str(task_name), args)
         config = ConfigEntity.from_json_dict(obj["config"])
         costs, error_no, all_cost, timestamp = obj["result"][:4]
     except SetAside:
@@ -325,8 +341,9 @@ def merge(paths: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
     check_appendable(out)
     if best_only:
         records = list(best_per_target(records).values())
-    append(out, (encode(r.target, r.task_name, r.workload, r.config, r.result)
-                 for r in records))
+    # Each record keeps the TVM version that wrote it: a knob's meaning depends on it.
+    append(out, (encode(r.target, r.task_name, r.workload, r.config, r.result,
+                        tvm_version=r.tvm_version) for r in records))
     return len(records)
 
 

@@ -19,6 +19,7 @@ LAYERS = [
     ["workload", "target", "result"],
     ["space"],
     ["record"],          # the log format: workloads, configs, results
+    ["legacy"],          # what records of TVM <= 0.19 meant, in our knobs
     ["template"],        # what a template is
     ["ops"],             # the templates
     ["strategy"],        # which templates exist and apply
