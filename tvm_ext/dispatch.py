@@ -21,6 +21,7 @@ import numpy as np
 
 from . import legacy
 from . import record as rec
+from .codegen import use_host_cores
 from .errors import SpaceError
 from .space import ConfigEntity
 from .target import describe, parse_target
@@ -148,6 +149,8 @@ class Kernel:
 
     def __init__(self, task: Task, choice: Choice, executable):
         self.task, self.choice, self.executable = task, choice, executable
+        # CPU kernels run on every core this process may use (see codegen.use_host_cores).
+        self.threads = use_host_cores() if task.target.kind.name == "llvm" else None
 
     @property
     def module(self):

@@ -49,6 +49,8 @@ def run_cpu(suite, *, log: Optional[str], repeat: int) -> List[Row]:
     from ..dispatch import apply_history_best, build  # noqa: PLC0415
     from ..measure.check import random_inputs  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
+    from ..codegen import use_host_cores  # noqa: PLC0415
+    use_host_cores()  # both sides on every core (numpy's BLAS uses them too)
     target = host_cpu_target()
     dev = tvm.cpu(0)
     rng = np.random.default_rng(0)

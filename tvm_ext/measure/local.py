@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import List, Optional, Sequence
 
+from ..codegen import use_host_cores
 from ..result import MeasureErrorNo, MeasureResult, error_line
 from ..task import InstantiationError, Task
 from .options import RunOptions
@@ -46,6 +47,8 @@ class LocalMeasurer:
     def run(self, task: Task, ex, t0: float) -> MeasureResult:
         dev = device_for(task.target)
         opts = self.options
+        if task.target.kind.name == "llvm":
+            use_host_cores()
         try:
             a, b, check = inputs_for(task.workload, opts.seed)
             mod = ex.mod if hasattr(ex, "mod") else ex

@@ -10,7 +10,7 @@ from typing import List, Tuple
 import tvm
 from tvm import relax as _relax
 
-from ..codegen import pass_options
+from ..codegen import pass_options, use_host_cores
 from ..dispatch import choose
 from ..errors import TvmExtError
 from ..strategy import get_template
@@ -83,6 +83,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     each matmul with the elementwise ops after it (TVM's FuseOps) and computes them in our
     kernel's write-back."""
     target = parse_target(target)
+    if target.kind.name == "llvm":
+        use_host_cores()  # the model's kernels (ours and TVM's) run on every core
     if fuse_epilogue:
         mod = tvm.transform.Sequential([
             _relax.transform.AnnotateTIROpPattern(), _relax.transform.FuseOps(),

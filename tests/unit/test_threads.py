@@ -1,0 +1,46 @@
+"""CPU kernels run on the cores the process may use (issue: TVM's pool took half of them)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROBE = """
+import tvm, tvm_ext
+from tvm_ext.codegen import host_cores
+k = tvm_ext.build(tvm_ext.Workload.create("dense", (64, 64, 64)), "llvm")
+print(k.threads, tvm.runtime.num_threads(), host_cores())
+"""
+
+
+def _probe(**env):
+    base = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    r = subprocess.run([sys.executable, "-c", PROBE], env={**base, "PYTHONPATH": ROOT, **env},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [int(x) for x in r.stdout.split()[-3:]]
+
+
+def test_kernels_use_every_core_of_the_affinity():
+    threads, pool, cores = _probe()
+    assert 1 <= cores <= len(os.sched_getaffinity(0))
+    assert threads == pool == cores
+
+
+def test_tvm_num_threads_still_wins():
+    threads, pool, _ = _probe(TVM_NUM_THREADS="1")
+    assert threads == pool == 1
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing to spread")
+def test_a_narrower_affinity_is_honoured():
+    """A process pinned to one core runs one thread (taskset: the affinity, not the host)."""
+    r = subprocess.run(["taskset", "-c", str(min(os.sched_getaffinity(0))), sys.executable, "-c",
+                        PROBE], env={**{k: v for k, v in os.environ.items()
+                                        if k != "TVM_NUM_THREADS"}, "PYTHONPATH": ROOT},
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode and "taskset" in r.stderr:
+        pytest.skip("taskset is not available")
+    assert r.returncode == 0, r.stderr
+    assert [int(x) for x in r.stdout.split()[-3:]] == [1, 1, 1]
