@@ -22,7 +22,7 @@ import numpy as np
 from . import legacy
 from . import record as rec
 from .codegen import use_host_cores
-from .errors import SpaceError
+from .errors import SpaceError, TvmExtError
 from .space import ConfigEntity
 from .target import describe, parse_target
 from .task import Task
@@ -230,6 +230,40 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     if ctx is not None:
         ctx.report.choices.append(choice)
     return task, choice
+
+
+def applied_table(records: Sequence[rec.Record], target=None) -> List[str]:
+    """What ``build`` would apply for each workload of ``records``, one line each (on
+    ``target``, else on each record's own target), then a line per record passed over: the
+    ``--best`` listing, which therefore never shows a record that build would not use."""
+    lines: List[str] = []
+    with ApplyHistoryBest(list(records)) as ctx:
+        done = set()
+        for r in sorted(ctx.records, key=lambda r: (str(r.key()), r.result.mean)):
+            on = target if target is not None else r.target
+            key = (describe(on), r.key())
+            if key in done or not r.result.ok:
+                continue
+            done.add(key)
+            try:
+                task, choice = choose(r.workload, parse_target(on))
+            except TvmExtError as err:
+                lines.append(f"{r.workload}  [{describe(on)}]  not applicable here: {err}")
+                continue
+            cfg = " ".join(f"{k}={v!r}" for k, v in choice.config.items())
+            if choice.tuned:
+                gf = r.workload.flop / choice.record_cost / 1e9
+                lines.append(f"{r.workload}  [{describe(on)}]  {choice.template}  "
+                             f"{choice.record_cost * 1e3:.4f} ms  {gf:.1f} GFLOP/s  {cfg}"
+                             + (f"  ({choice.how.split(', ', 1)[1]})" if ", " in choice.how
+                                else ""))
+            else:
+                lines.append(f"{r.workload}  [{describe(on)}]  no record applies: "
+                             f"{choice.template} fallback")
+        lines += [f"passed over: {line}" for line in ctx.report.skipped]
+        lines += [f"set aside: {n} records: {why}" for why, n in
+                  sorted(ctx.report.set_aside.items())]
+    return lines
 
 
 def build(workload: Workload, target=None) -> Kernel:

@@ -19,11 +19,19 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Union
 
 from . import record
+from .errors import TvmExtError
 from .measure import LocalMeasurer, MeasureOptions, PoolMeasurer
+from .result import MeasureErrorNo
 from .tuner import Tuner, XGBTuner, make_tuner, warm_start
 from .tuner.features import task_loop_features
 
 logger = logging.getLogger("tvm_ext")
+
+# Error numbers that are a property of the config, not of the run that measured it: a record
+# with one of them (or none) is not measured again on --resume.
+CONFIG_ERRORS = frozenset({MeasureErrorNo.NO_ERROR, MeasureErrorNo.INSTANTIATION_ERROR,
+                           MeasureErrorNo.COMPILE_HOST, MeasureErrorNo.COMPILE_DEVICE,
+                           MeasureErrorNo.WRONG_ANSWER})
 
 # CUDA libraries are compiled when they are loaded: 4 loader processes per GPU keep nvcc off
 # the critical path of the timed runs.
@@ -48,6 +56,7 @@ class Prepared:
     tuner: Tuner
     transferred: List[tuple] = field(default_factory=list)  # (log, records used)
     resumed: Optional[int] = None  # configs of this task already in the log (with resume)
+    retry: int = 0  # configs of the log whose failure came from the run, measured again
 
 
 def make_measurer(target, options: Optional[MeasureOptions] = None):
@@ -81,10 +90,16 @@ def prepare(task, *, tuner: Union[str, Tuner] = "xgb", seed: int = 0, log=None,
         if resume:
             previous = [r for r in record.for_target(records, task.target)
                         if r.key() == task.workload.key() and r.task_name == task.name]
-            known = [(task.space.index_of(r.config), r.result.mean) for r in previous]
-            known = [(i, c) for i, c in known if i is not None]
+            # A config counts as measured where its result belongs to the config (a time, or
+            # an error of its own); a failure of the run (device, timeouts, unknown, e.g. from
+            # a zero repeat or a negative timeout of an older version) is measured again.
+            indexed = [(task.space.index_of(r.config), r) for r in previous]
+            known = [(i, r.result.mean) for i, r in indexed
+                     if i is not None and r.result.error_no in CONFIG_ERRORS]
             t.load_history([i for i, _ in known], [c for _, c in known])
             prepared.resumed = len(known)
+            measured = {i for i, _ in known}
+            prepared.retry = len({i for i, r in indexed if i is not None} - measured)
     elif resume:
         prepared.resumed = 0
     return prepared
@@ -97,6 +112,10 @@ def tune_loop(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8
     ``early_stopping`` trials pass without a better config, or (``stop_at_cost``, seconds) a
     config at least that fast is found. Each callback is called as ``cb(task, configs, results)``
     after every batch (log writer, progress line)."""
+    for name, value, least in (("n_trial", n_trial, 1), ("batch_size", batch_size, 1),
+                               ("early_stopping", early_stopping, 1)):
+        if value is not None and (not isinstance(value, int) or value < least):
+            raise TvmExtError(f"{name} must be an integer >= {least}, got {value!r}")
     summary = TuneSummary()
     start = time.time()
     last_improvement = 0

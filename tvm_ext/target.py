@@ -9,6 +9,7 @@ the visible device) are preferred, as AutoTVM looked up ``-model`` before the ta
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import os
@@ -60,11 +61,32 @@ def parse_target(spec: Union[str, Dict[str, Any], Any, None]):
 
 def _make(d: Dict[str, Any]):
     tvm = _tvm()
+    if d.get("kind") == "llvm" and d.get("mcpu"):
+        _check_llvm_cpu(str(d["mcpu"]), d.get("mtriple"))
     try:
         return tvm.target.Target(d)
     except Exception as err:  # TVM raises its own error types here
         raise TvmExtError(f"invalid target {json.dumps(d)}: {str(err).splitlines()[-1]}") \
             from None
+
+
+@functools.lru_cache(maxsize=None)
+def _check_llvm_cpu(cpu: str, triple: Optional[str]) -> None:
+    """Refuse a CPU that LLVM does not know for the triple (default: the host's). LLVM itself
+    would only print some 40 lines at the first build and then compile for a generic CPU. A
+    triple whose architecture this LLVM lacks is not checked (asking LLVM about it prints)."""
+    from tvm.target import codegen  # noqa: PLC0415
+    triple = str(triple or codegen.llvm_get_system_triple())
+    if triple.split("-")[0] not in set(codegen.llvm_get_targets()):
+        return
+    if codegen.llvm_is_valid_cpu(cpu, triple):
+        return
+    known = [str(c) for c in codegen.llvm_get_cpu_archlist(
+        _tvm().target.Target({"kind": "llvm", "mtriple": triple}))]
+    close = difflib.get_close_matches(cpu, known, n=3)
+    hint = f"did you mean {', '.join(close)}?" if close else \
+        f"LLVM knows {len(known)} CPUs for it; this host is {codegen.llvm_get_system_cpu()}"
+    raise TvmExtError(f"unknown LLVM CPU -mcpu={cpu} for {triple} ({hint})")
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,6 +136,28 @@ def _visible_gpu():
 
 def gpu_visible() -> bool:
     return _visible_gpu() is not None
+
+
+def device_memory(target) -> Optional[int]:
+    """Bytes of memory of the device that runs ``target`` on this host: the host's RAM for
+    llvm, CUDA device 0's global memory when a GPU is visible; None where not known."""
+    if target_info(target)["kind"] == "cuda":
+        return _visible_gpu_memory()
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows) or no such name
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _visible_gpu_memory() -> Optional[int]:
+    if not gpu_visible():
+        return None
+    try:
+        memory = _tvm().cuda(0).total_global_memory  # None where the runtime does not say
+    except Exception:  # noqa: BLE001  (a runtime without the attribute: the check is skipped)
+        return None
+    return int(memory) if memory else None
 
 
 def default_target():

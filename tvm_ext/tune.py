@@ -93,7 +93,7 @@ def _workload(args) -> Workload:
         raise TvmExtError(f"unknown op '{args.op}' (known: {', '.join(OPS)})")
     if args.layout not in LAYOUTS:
         raise TvmExtError(f"unknown layout '{args.layout}' (known: {', '.join(LAYOUTS)})")
-    if args.shape:
+    if args.shape is not None:  # --shape "" is a malformed shape, not the default one
         shape = parse_shape(args.shape, args.op)
     else:
         kind = "gpu" if target_info(args.target_obj)["kind"] == "cuda" else "cpu"
@@ -142,15 +142,18 @@ class Progress:
 
 
 def _print_best(path: str, target) -> int:
+    """What build would apply per workload (the same rules: records outside the space, or
+    of another meaning, are listed as passed over, not as the best)."""
     from . import record  # noqa: PLC0415
-    records = record.load(path)
+    from .dispatch import applied_table  # noqa: PLC0415
+    records, set_aside = record.load_log(path)
     if target is not None:
         record.check_target(records, target, path)
-    lines = record.best_table(records, target)
-    if not lines:
+    lines = applied_table(records, target)
+    if not any(r.result.ok for r in records):
         print(f"{path}: {len(records)} records, none valid")
         return 0
-    print(f"{path}: {len(records)} records, best per workload:")
+    print(f"{path}: {len(records)} records, what build applies per workload:")
     for ln in lines:
         print("  " + ln)
     return 0
@@ -171,13 +174,9 @@ def _join_values(argv: List[str]) -> List[str]:
 
 
 def _measure_options(args):
-    """The measurement options of the command line, as one typed object (a clear error for
-    bad ones, before anything is built)."""
+    """The measurement options of the command line, as one typed object: the options' own
+    rules refuse bad values in one line (before a dry run, which measures nothing, too)."""
     from .measure import MeasureOptions, RPCConfig, RunOptions  # noqa: PLC0415
-    from .measure.local import device_for  # noqa: PLC0415
-    from .measure.timing import resolve  # noqa: PLC0415
-    if not args.rpc_tracker:
-        resolve(args.timing, device_for(args.target_obj))  # a clear error before any build
     try:
         devices = tuple(int(d) for d in args.devices.split(",") if d.strip())
     except ValueError:
@@ -193,6 +192,20 @@ def _measure_options(args):
                           local=args.local)
 
 
+def _check_device(args, workloads) -> None:
+    """Before anything is measured: this host can run ``workloads`` (a GPU for CUDA, memory
+    for the buffers; an RPC farm's devices are the servers' concern) with the timing asked."""
+    from .measure.local import device_for  # noqa: PLC0415
+    from .measure.runner import check_host_can_run  # noqa: PLC0415
+    from .measure.timing import resolve  # noqa: PLC0415
+    options = args.measure_options
+    if options.rpc is not None:
+        return
+    for wl in workloads:
+        check_host_can_run(wl, args.target_obj, options.devices)
+    resolve(args.timing, device_for(args.target_obj))
+
+
 def _tune_model(args) -> int:
     from . import record  # noqa: PLC0415
     from .relax import extract_tasks, load_model, tune_model  # noqa: PLC0415
@@ -205,12 +218,13 @@ def _tune_model(args) -> int:
         print(f"  {wl}  x{n}")
     if args.list_space or args.dry_run or not tasks:
         return 0
+    _check_device(args, [wl for wl, _ in tasks])
     log = Path(args.log) if args.log else default_log("model", args.target_obj)
     if log.exists():
         record.check_target(record.load(log), args.target_obj, log)
     print(f"log: {log}; {args.trials} trials split by call count x flops")
     results = tune_model(mod, args.target_obj, trials=args.trials, log=log, tuner=args.tuner,
-                         seed=args.seed, measure_options=_measure_options(args))
+                         seed=args.seed, measure_options=args.measure_options)
     for wl, n, budget, s in results:
         print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s")
     return 0
@@ -219,15 +233,20 @@ def _tune_model(args) -> int:
 def run(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(_join_values(list(sys.argv[1:] if argv is None
                                                        else argv)))
-    if args.trials < 1:
-        raise TvmExtError(f"--trials must be >= 1, got {args.trials}")
+    # Options of the tuning loop (the measurement options check themselves, below).
+    for flag, value in (("--trials", args.trials), ("--batch-size", args.batch_size),
+                        ("--early-stopping", args.early_stopping)):
+        if value is not None and value < 1:
+            raise TvmExtError(f"{flag} must be >= 1, got {value}")
     from . import record  # noqa: PLC0415
     from .target import parse_target  # noqa: PLC0415
 
     if args.best:
-        return _print_best(args.best, parse_target(args.target) if args.target else None)
+        return _print_best(args.best, parse_target(args.target) if args.target is not None
+                           else None)
 
     args.target_obj = parse_target(args.target)
+    args.measure_options = _measure_options(args)
     if args.model:
         return _tune_model(args)
     wl = _workload(args)
@@ -293,7 +312,8 @@ def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
         print(f"transfer: {n} records of {task.name} for other workloads from {path}")
     if prepared.resumed is not None:
         if log.exists():
-            print(f"resume: {prepared.resumed} configs of this task already in {log}; "
+            retry = f" ({prepared.retry} failed ones to retry)" if prepared.retry else ""
+            print(f"resume: {prepared.resumed} configs of this task already in {log}{retry}; "
                   f"measuring up to {trials} new ones")
         else:
             print(f"resume: {log} does not exist yet; starting a new log")
@@ -308,7 +328,8 @@ def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
         print(f"would measure {trials} configs into {log}")
         return 0
 
-    options = _measure_options(args)
+    options = args.measure_options
+    _check_device(args, [wl])
     print(f"log: {log}")
     progress = Progress(trials, args.quiet)
     try:
@@ -330,7 +351,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write(f"\n{PROG}: interrupted; the log keeps every finished batch\n")
+        # A new line ends the progress line (or the ^C) on a terminal; elsewhere, one line.
+        start = "\n" if sys.stderr.isatty() else ""
+        sys.stderr.write(f"{start}{PROG}: interrupted; the log keeps every finished batch\n")
         return 130
 
 

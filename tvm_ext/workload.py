@@ -13,6 +13,7 @@ the first letter is A (N: [.., M, K], T: [.., K, M]), the second B (N: [.., K, N
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Sequence, Tuple
@@ -22,7 +23,16 @@ from .errors import WorkloadError
 OPS = ("batch_matmul", "dense")
 LAYOUTS = ("NN", "NT", "TN", "TT")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32")
-_DEFAULT_OUT = {"float16": "float32", "bfloat16": "float32", "int8": "int32", "uint8": "int32"}
+# The output (accumulator) dtypes each input dtype may have, the default first: a narrower
+# integer output would wrap, a float output of int inputs (or int of floats) is no matmul that
+# a template computes.
+OUT_DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32", "bfloat16"),
+              "float32": ("float32",), "float64": ("float64",), "int8": ("int32",),
+              "uint8": ("int32",), "int32": ("int32",)}
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
+               "int32": 4}
+# Kernels index their buffers with int32: a buffer of more elements cannot be addressed.
+MAX_ELEMENTS = 2**31 - 1
 
 # Shapes the CLI tunes when none is given: representative, and quick to tune.
 DEFAULT_SHAPES = {("batch_matmul", "cpu"): (4, 256, 256, 256),
@@ -60,8 +70,17 @@ class Workload:
             if getattr(self, name) not in DTYPES:
                 raise WorkloadError(f"unsupported {name} '{getattr(self, name)}' "
                                     f"(known: {', '.join(DTYPES)})")
+        if self.out_dtype not in OUT_DTYPES[self.dtype]:
+            raise WorkloadError(f"out_dtype {self.out_dtype} is not allowed for {self.dtype} "
+                                f"inputs (allowed: {', '.join(OUT_DTYPES[self.dtype])})")
         if self.layout not in LAYOUTS:
             raise WorkloadError(f"unknown layout '{self.layout}' (known: {', '.join(LAYOUTS)})")
+        for name, shape, _ in self.buffers():
+            n = math.prod(shape)
+            if n > MAX_ELEMENTS:
+                raise WorkloadError(f"{self.op} {self.shape_str()}: buffer {name} "
+                                    f"{'x'.join(map(str, shape))} has {n} elements, more than "
+                                    f"int32 indices address ({MAX_ELEMENTS})")
 
     # ---- construction ----
     @staticmethod
@@ -102,6 +121,21 @@ class Workload:
     @property
     def out_shape(self) -> Tuple[int, ...]:
         return (self.M, self.N) if self.op == "dense" else (self.batch, self.M, self.N)
+
+    def buffers(self) -> List[Tuple[str, Tuple[int, ...], str]]:
+        """(name, shape, dtype) of the inputs A, B and the output C."""
+        return [("A", self.a_shape, self.dtype), ("B", self.b_shape, self.dtype),
+                ("C", self.out_shape, self.out_dtype)]
+
+    def buffer_bytes(self) -> List[Tuple[str, int]]:
+        """(name, bytes) of A, B and C."""
+        return [(name, math.prod(shape) * DTYPE_BYTES[dtype])
+                for name, shape, dtype in self.buffers()]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of A, B and C together: what a device must hold to run the workload."""
+        return sum(n for _, n in self.buffer_bytes())
 
     @property
     def flop(self) -> int:
@@ -171,7 +205,7 @@ def _matmul_from_args(op: str, args) -> Workload:
 
 
 def default_out_dtype(dtype: str) -> str:
-    return _DEFAULT_OUT.get(dtype, dtype)
+    return OUT_DTYPES[dtype][0] if dtype in OUT_DTYPES else dtype
 
 
 _SHAPE_RE = re.compile(r"^\d+(x\d+)*$")

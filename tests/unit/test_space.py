@@ -1,5 +1,6 @@
 """ConfigSpace: AutoTVM's split enumeration and index order, filters, constraints, files."""
 import json
+import time
 
 import numpy as np
 import pytest
@@ -172,3 +173,47 @@ def test_let_term_errors_name_the_term():
         _let_space({"half": "M // (rows - rows)"}).is_valid(0)
     with pytest.raises(SpaceError, match=r"'let' must be an object"):
         _let_space(["tile = rows * cols"])
+
+
+def test_expression_work_is_bounded():
+    # A space file is data: an expression may not compute (or allocate) without bound.
+    t0 = time.time()
+    for expr, msg in (("2 ** 999999999", "2 ** 999999999 has more than 1024 bits"),
+                      ("(2 ** 1000) * (2 ** 1000)", "an integer of 2001 bits"),
+                      ("prod([2 ** 600, 2 ** 600])", "an integer of 1201 bits"),
+                      ("[1, 2] * 10 ** 9", "a sequence repeated to 2000000000 items"),
+                      ("'ab' * 10 ** 9", "a sequence repeated to 2000000000 items")):
+        with pytest.raises(SpaceError) as err:
+            eval_expr(expr, {})
+        assert str(err.value).startswith(f"expression '{expr}' is too large to evaluate: {msg}")
+    assert time.time() - t0 < 1
+    assert eval_expr("2 ** 1023 > 0 and prod([2, 3, 4]) == 24 and 3 ** 600 > 0", {})
+    assert eval_expr("2 ** -1", {}) == 0.5 and eval_expr("[0] * 4", {}) == [0, 0, 0, 0]
+
+
+def test_filters_that_empty_a_knob_name_it():
+    axes = {"M": 16}
+    with pytest.raises(SpaceError, match=r"knob 'yt': filter 'value > 8' leaves none of its "
+                                         r"3 candidates \(1, 2, 4\)"):
+        build_space({"knobs": [{"name": "yt", "kind": "knob", "candidates": [1, 2, 4],
+                                "filter": "value > 8"}]}, axes)
+    with pytest.raises(SpaceError, match=r"split 't' of 16 \(factors, 2 outputs\): filter "
+                                         r"'size\[-1\] > 16' leaves none of its 5 splits"):
+        build_space({"knobs": [{"name": "t", "kind": "split", "axis": "M",
+                                "filter": "size[-1] > 16"}]}, axes)
+    with pytest.raises(SpaceError, match=r"knob 't' would enumerate 1853020188851841 "
+                                         r"candidates \(3 factors of 4 in 33 outputs\)"):
+        build_space({"knobs": [{"name": "t", "kind": "split", "axis": "M",
+                                "num_outputs": 33}]}, {"M": 4})
+    with pytest.raises(SpaceError, match=r"knob 'r' would enumerate 479001600 candidates"):
+        ReorderSpace("r", 12)
+
+
+def test_space_build_time_is_bounded():
+    spec = load_space_spec("batch_matmul.x86")
+    axes = {"B": 1, "M": 64, "N": 64, "K": 64}
+    facts = {"vector_lanes": 16, "vector_registers": 32}
+    assert len(build_space(spec, axes, facts)) > 1
+    with pytest.raises(SpaceError, match=r"building the space of 'batch_matmul.x86' took more "
+                                         r"than 0s \(up to knob 'tile_y'\)"):
+        build_space(spec, axes, facts, time_limit=0)

@@ -1,7 +1,7 @@
 import pytest
 
 from tvm_ext.errors import WorkloadError
-from tvm_ext.workload import Workload, parse_shape
+from tvm_ext.workload import OUT_DTYPES, Workload, parse_shape
 
 
 def test_args_roundtrip_all_layouts():
@@ -44,3 +44,23 @@ def test_validation():
                                      ["TENSOR", [64, 31], "float32"], None, "float32"])
     assert Workload.create("dense", (1, 2, 3), "float16").out_dtype == "float32"
     assert Workload.create("batch_matmul", (1, 2, 3, 4), "int8").out_dtype == "int32"
+
+
+def test_out_dtypes_and_int32_indices():
+    for dtype, outs in OUT_DTYPES.items():
+        for out in outs:
+            Workload.create("dense", (4, 4, 4), dtype, out)
+        assert Workload.create("dense", (4, 4, 4), dtype).out_dtype == outs[0]
+    with pytest.raises(WorkloadError, match="out_dtype int8 is not allowed for float32 inputs "
+                                            r"\(allowed: float32\)"):
+        Workload.create("dense", (4, 4, 4), "float32", "int8")
+    with pytest.raises(WorkloadError, match="out_dtype float16 is not allowed for int8"):
+        Workload.create("dense", (4, 4, 4), "int8", "float16")
+    with pytest.raises(WorkloadError, match=r"batch_matmul 1x99999999x99999999x99999999: buffer "
+                                            r"A 1x99999999x99999999 has 9999999800000001 "
+                                            r"elements, more than int32 indices address"):
+        Workload.create("batch_matmul", (1, 99999999, 99999999, 99999999))
+    with pytest.raises(WorkloadError, match="buffer B 65536x65536 has 4294967296 elements"):
+        Workload.create("dense", (1, 65536, 65536))
+    # A 1x46340, B 46340x46340, C 1x46340: int32 indices still address B
+    assert Workload.create("dense", (1, 46340, 46340)).nbytes == 4 * (46340 ** 2 + 2 * 46340)

@@ -50,7 +50,8 @@ def build_in_worker(task_payload, config_json, out_dir: str):
 class Builder:
     def __init__(self, n_parallel: int, build_timeout: float, source_paths: Sequence[str] = ()):
         self.build_timeout = build_timeout
-        self._workers = [Worker(source_paths) for _ in range(n_parallel)]
+        self._new_workers = lambda: [Worker(source_paths) for _ in range(n_parallel)]
+        self._workers = self._new_workers()
         self._tmp = tempfile.TemporaryDirectory(prefix="tvm_ext_build_")
 
     @property
@@ -77,10 +78,17 @@ class Builder:
             else:
                 out[k] = Built(int(MeasureErrorNo.COMPILE_HOST), error_line(value, 300), dt)
 
-        drain(self._workers, list(enumerate(configs)), work)
+        drain(self._workers, list(enumerate(configs)), work, stop=self._interrupted)
         return out
+
+    def _interrupted(self):
+        """Ctrl-C during a build: the workers are closed (their builds end now; a thread about
+        to start one cannot), and a later build gets new ones."""
+        old, self._workers = self._workers, self._new_workers()
+        for w in old:
+            w.close()
 
     def close(self):
         for w in self._workers:
-            w.kill()
+            w.close()
         self._tmp.cleanup()

@@ -11,7 +11,7 @@ from ..codegen import use_host_cores
 from ..result import MeasureErrorNo, MeasureResult, error_line
 from ..task import InstantiationError, Task
 from .options import RunOptions
-from .runner import inputs_for, run_arrays
+from .runner import check_host_can_run, inputs_for, run_arrays
 
 
 def device_for(target):
@@ -28,6 +28,7 @@ class LocalMeasurer:
         self.options = options or RunOptions(**fields)
 
     def measure(self, task: Task, configs: Sequence) -> List[MeasureResult]:
+        check_host_can_run(task.workload, task.target)  # before anything is built
         return [self.measure_one(task, c) for c in configs]
 
     def measure_one(self, task: Task, config) -> MeasureResult:

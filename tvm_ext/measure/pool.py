@@ -39,6 +39,7 @@ class PoolMeasurer:
                 source_paths=options.source_paths)
 
     def measure(self, task, configs) -> List[MeasureResult]:
+        self.runner.check(task)  # a task the devices cannot run: one error, nothing built
         payload = task_payload(task)
         built = self.builder.build(payload, configs)
         results: List[Optional[MeasureResult]] = [None] * len(configs)

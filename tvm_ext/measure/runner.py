@@ -60,6 +60,38 @@ def inputs_for(workload, seed: int):
     return seeded_data(workload, seed)
 
 
+def check_host_can_run(workload, target, devices: Sequence[int] = (0,)) -> None:
+    """Refuse (one-line TvmExtError, before anything is built) a workload that this host's
+    devices cannot run for ``target``: CUDA without a visible GPU or with a device id the host
+    lacks (every config would be recorded as a device error), buffers larger than the device's
+    memory."""
+    from ..target import describe, device_memory, gpu_visible  # noqa: PLC0415
+    cuda = target.kind.name == "cuda"
+    if cuda:
+        if not gpu_visible():
+            raise TvmExtError(f"target {describe(target)} needs a CUDA GPU to measure on "
+                              "and none is visible (measure over RPC with --rpc-tracker; "
+                              "--dry-run and --list-space measure nothing)")
+        import tvm  # noqa: PLC0415
+        missing = [d for d in devices if not tvm.cuda(d).exist]
+        if missing:
+            raise TvmExtError(f"CUDA device {missing[0]} does not exist on this host "
+                              f"(devices asked for: {', '.join(map(str, devices))})")
+    wl, memory = workload, device_memory(target)
+    if memory is not None and wl.nbytes > memory:
+        sizes = ", ".join(f"{name} {_size(n)}" for name, n in wl.buffer_bytes())
+        where = "the GPU's memory" if cuda else "this host's RAM"
+        raise TvmExtError(f"{wl}: its buffers need {_size(wl.nbytes)} ({sizes}), more than "
+                          f"{where} ({_size(memory)})")
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
 # ---- inside a runner process ----
 
 
@@ -96,9 +128,15 @@ class ProcessRunner:
         self.options = options
         self.run_timeout, self.load_timeout = run_timeout, load_timeout
         self.runners_per_device = runners_per_device
-        self._workers = [(Worker(source_paths), d) for d in devices
-                         for _ in range(runners_per_device)]
+        self.devices = tuple(devices)
+        self._new_workers = lambda: [(Worker(source_paths), d) for d in devices
+                                     for _ in range(runners_per_device)]
+        self._workers = self._new_workers()
         self._device_locks = {d: threading.Lock() for d in devices}
+
+    def check(self, task) -> None:
+        """Refuse a task these devices cannot run (see ``check_host_can_run``)."""
+        check_host_can_run(task.workload, task.target, self.devices)
 
     def _run_one(self, worker, device_id, task_payload, path) -> MeasureResult:
         t0 = time.time()
@@ -139,12 +177,18 @@ class ProcessRunner:
             results[k] = res
             remove_quietly(path)
 
-        drain(self._workers, list(built), work)
+        drain(self._workers, list(built), work, stop=self._interrupted)
         return results
+
+    def _interrupted(self):
+        """Ctrl-C during a run: as ``Builder._interrupted``."""
+        old, self._workers = self._workers, self._new_workers()
+        for w, _ in old:
+            w.close()
 
     def close(self):
         for w, _ in self._workers:
-            w.kill()
+            w.close()
 
 
 class RPCRunner:
@@ -153,6 +197,9 @@ class RPCRunner:
         self.options = dataclasses.replace(options, timing="evaluator", cache_flush=False)
         self.rpc = rpc
         self._sessions: List[Any] = []
+
+    def check(self, task) -> None:
+        """Nothing to refuse here: the remote devices are known only to their servers."""
 
     @property
     def sessions(self) -> List[Any]:

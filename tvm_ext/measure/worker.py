@@ -10,12 +10,14 @@ are given to the child at its start; the parent's environment is never changed.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 # The repository root (tvm_ext's parent), for workers of an uninstalled checkout.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,25 +27,43 @@ class Worker:
     def __init__(self, source_paths: Sequence[str] = ()):
         self._paths = list(dict.fromkeys([_ROOT, *source_paths]))
         self._w = None
+        # Held while a process is created or killed, so that an interrupt (``close`` from the
+        # main thread) never misses a process that a pool thread is starting.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def _start(self):
         from tvm.support.popen_pool import PopenWorker  # noqa: PLC0415
-        # The child's first call puts our folders at the front of its sys.path (``exec`` is a
-        # builtin: it unpickles before tvm_ext is importable there).
+        # The first call puts our folders at the front of the child's sys.path (``exec`` is a
+        # builtin: it unpickles before tvm_ext is importable there). It is sent as a plain
+        # call, not as PopenWorker's initializer, whose send would wait for the answer.
         code = f"import sys; sys.path[:0] = [p for p in {self._paths!r} if p not in sys.path]"
-        self._w = PopenWorker(initializer=exec, initargs=(code,))
-        self._w.send(_noop, ())
-        self._w.recv()
+        with self._lock:
+            if self._closed:
+                raise ChildProcessError("worker closed")
+            w = PopenWorker()
+            with _sigint_blocked():
+                w.send(exec, (code,))  # starts the process
+            self._w = w
+        w.recv()
 
     def call(self, fn, args, timeout: float) -> Tuple[str, Any]:
         """('ok', value) | ('error', exception) | ('timeout', None) | ('died', None)"""
-        if self._w is None:
-            self._start()
+        try:
+            if self._w is None:
+                self._start()
+        except ChildProcessError:  # died while starting, or closed (an interrupt)
+            self.kill()
+            return ("died", None)
+        w = self._w
+        if w is None:  # killed meanwhile (an interrupt)
+            return ("died", None)
+        w.send(fn, args, timeout=timeout)
         box: Dict[str, Any] = {}
 
         def wait():
             try:
-                box["value"] = ("ok", self._w.recv())
+                box["value"] = ("ok", w.recv())
             except ChildProcessError:
                 box["value"] = ("died", None)
             except TimeoutError:
@@ -51,7 +71,6 @@ class Worker:
             except Exception as err:  # noqa: BLE001  (the call's own exception)
                 box["value"] = ("error", err)
 
-        self._w.send(fn, args, timeout=timeout)
         t = threading.Thread(target=wait, daemon=True)
         t.start()
         t.join(timeout + 5.0)
@@ -65,22 +84,69 @@ class Worker:
         return status
 
     def kill(self):
-        if self._w is not None:
-            try:
-                self._w.kill()
-            except Exception:  # noqa: BLE001
-                pass
-            self._w = None
+        """End the process (and its children); the next call starts a new one."""
+        with self._lock:
+            w, self._w = self._w, None
+        if w is None:
+            return
+        # The process dies first: a pool thread blocked reading its pipe then sees the end of
+        # the pipe at once (closing a pipe that another thread reads waits for that read).
+        proc = getattr(w, "_proc", None)  # PopenWorker keeps its subprocess.Popen there
+        if proc is not None:
+            _kill_tree(proc.pid)
+        try:
+            w.kill()  # closes the pipes, reaps the process
+        except Exception:  # noqa: BLE001  (a thread that read the end of the pipe did it)
+            pass
+
+    def close(self):
+        """Kill the process and start none again (the owner's close, or an interrupt)."""
+        with self._lock:
+            self._closed = True
+        self.kill()
 
 
-def _noop():
-    return None
+@contextlib.contextmanager
+def _sigint_blocked():
+    """Block SIGINT in this thread while a worker process is created: the child inherits the
+    mask, so Ctrl-C at the terminal (sent to the whole process group) reaches only the parent,
+    which kills its workers; a child importing TVM would otherwise print its traceback."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no masks
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def drain(workers: Sequence[Any], jobs: List[Any], work: Callable[[Any, Any], bool]) -> None:
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and its descendants and reap them (at most 2 s), so that nothing they
+    write (a library in the build folder) outlives the kill."""
+    import psutil  # noqa: PLC0415  (TVM's popen_pool needs it too)
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=2.0)
+
+
+def drain(workers: Sequence[Any], jobs: List[Any], work: Callable[[Any, Any], bool], *,
+          stop: Optional[Callable[[], None]] = None) -> None:
     """Every worker takes jobs from the front of ``jobs`` until it is empty, one thread per
     worker, calling ``work(worker, job)``; a worker whose ``work`` returns False stops taking
-    jobs (a broken RPC session). Jobs no worker took stay in ``jobs``."""
+    jobs (a broken RPC session). Jobs no worker took stay in ``jobs``.
+
+    An interrupt (Ctrl-C: KeyboardInterrupt in the calling thread) drops the jobs not taken,
+    calls ``stop()`` (which kills the workers: their calls in flight return at once), and is
+    raised again without waiting for the threads."""
     lock = threading.Lock()
 
     def loop(worker):
@@ -92,8 +158,21 @@ def drain(workers: Sequence[Any], jobs: List[Any], work: Callable[[Any, Any], bo
             if work(worker, job) is False:
                 return
 
-    with ThreadPoolExecutor(len(workers)) as ex:
+    ex = ThreadPoolExecutor(len(workers))
+    interrupted = False
+    try:
         list(ex.map(loop, workers))
+    except (KeyboardInterrupt, SystemExit):
+        interrupted = True
+        with lock:
+            jobs.clear()
+        if stop is not None:
+            stop()
+        raise
+    finally:
+        # Interrupted: the threads end by themselves once their workers are dead; waiting
+        # for them could wait for a watchdog (run timeout + 5 s).
+        ex.shutdown(wait=not interrupted, cancel_futures=interrupted)
 
 
 def remove_quietly(path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import tvm
 
 from ..errors import TvmExtError
+from ..result import error_line
 from ..session import make_measurer, tune_task
 from ..target import parse_target
 from ..task import Task
@@ -45,8 +46,20 @@ def load_model(path: str):
     except FileNotFoundError:
         raise TvmExtError(f"model file {path} does not exist") from None
     except Exception as err:  # noqa: BLE001  (the user's file failed: say where)
-        raise TvmExtError(f"model file {path} failed: {type(err).__name__}: {err}") from None
-    mod = ns["get_model"]() if callable(ns.get("get_model")) else ns.get("mod")
+        raise TvmExtError(f"model file {path} failed: {_one_line(err)}") from None
+    if callable(ns.get("get_model")):
+        try:
+            mod = ns["get_model"]()
+        except Exception as err:  # noqa: BLE001  (the user's function failed, as above)
+            raise TvmExtError(f"model file {path}: get_model() failed: {_one_line(err)}") \
+                from None
+    else:
+        mod = ns.get("mod")
     if not isinstance(mod, tvm.IRModule):
         raise TvmExtError(f"model file {path} must define an IRModule 'mod' or 'get_model()'")
     return mod
+
+
+def _one_line(err: BaseException) -> str:
+    """``Type: message`` on one line (TVM's errors span many)."""
+    return f"{type(err).__name__}: {error_line(err, 300)}"

@@ -176,6 +176,7 @@ class ConfigSpace:
             length = self.facts.get("_len_" + name)
             size = entity.resolved(length) if length else entity.size
             return bool(test({**self.facts, "size": size}))
+        keep.text = expr  # named when the filter leaves no candidate
         return keep
 
     # ---- indexing ----

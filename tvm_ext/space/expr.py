@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import operator
 from typing import Any, FrozenSet, Mapping
-
-import numpy as np
 
 from ..errors import SpaceError
 
@@ -21,8 +20,60 @@ _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _CMPOPS = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
            ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.In: lambda a, b: a in b,
            ast.NotIn: lambda a, b: a not in b}
-_FUNCS = {"min": min, "max": max, "len": len, "abs": abs,
-          "prod": lambda xs: int(np.prod(list(xs))), "ceildiv": lambda a, b: -(-a // b)}
+# Bounds on the work of one evaluation: a space file is data, and ``2 ** 999999999`` or
+# ``[0] * 10 ** 9`` would otherwise compute (or allocate) for minutes before anything is tuned.
+# Sizes, tiles and their products in a space stay far below both.
+MAX_INT_BITS = 1024
+MAX_SEQUENCE = 1 << 16
+
+
+class _TooLarge(Exception):
+    """A value past the bounds (the evaluator names the expression)."""
+
+
+def _bounded(value):
+    if _is_int(value) and value.bit_length() > MAX_INT_BITS:
+        raise _TooLarge(f"an integer of {value.bit_length()} bits (at most {MAX_INT_BITS})")
+    if isinstance(value, (list, tuple, str)) and len(value) > MAX_SEQUENCE:
+        raise _TooLarge(f"a sequence of {len(value)} items (at most {MAX_SEQUENCE})")
+    return value
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _binop(op, left, right):
+    """``op(left, right)`` within the bounds: a power or a repeated sequence is refused before
+    the work where the operands show that the result would be too large; a product or a sum
+    (of sequences: concatenation) is checked after it. Other operators do not grow values."""
+    kind = type(op)
+    if kind is ast.Pow:
+        if _is_int(left) and _is_int(right) and right > 0 and abs(left) > 1 \
+                and right * math.log2(abs(left)) > MAX_INT_BITS:
+            raise _TooLarge(f"{left} ** {right} has more than {MAX_INT_BITS} bits")
+    elif kind is ast.Mult:
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, (list, tuple, str)) and _is_int(n) and len(seq) * n > MAX_SEQUENCE:
+                raise _TooLarge(f"a sequence repeated to {len(seq) * n} items "
+                                f"(at most {MAX_SEQUENCE})")
+    elif kind is not ast.Add:
+        return _BINOPS[kind](left, right)
+    return _bounded(_BINOPS[kind](left, right))
+
+
+_MULT = ast.Mult()
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:  # bounded at every step: a long product of large terms grows quadratically
+        out = _binop(_MULT, out, x)
+    return int(out)
+
+
+_FUNCS = {"min": min, "max": max, "len": len, "abs": abs, "prod": _prod,
+          "ceildiv": lambda a, b: -(-a // b)}
 
 
 @functools.lru_cache(maxsize=512)
@@ -43,7 +94,7 @@ def _evaluate(tree, names: Mapping[str, Any], expr: str):
                                  f"(known: {', '.join(sorted(names))})")
             return names[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            return _binop(node.op, ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp):
             if isinstance(node.op, ast.USub):
                 return -ev(node.operand)
@@ -68,10 +119,13 @@ def _evaluate(tree, names: Mapping[str, Any], expr: str):
             return ev(node.body) if ev(node.test) else ev(node.orelse)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                 and node.func.id in _FUNCS:
-            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])  # prod: bounded
         raise SpaceError(f"unsupported syntax in expression '{expr}'")
 
-    return ev(tree)
+    try:
+        return ev(tree)
+    except _TooLarge as err:
+        raise SpaceError(f"expression '{expr}' is too large to evaluate: {err}") from None
 
 
 def eval_expr(expr: str, names: Mapping[str, Any]):

@@ -12,6 +12,17 @@ import numpy as np
 
 from ..errors import SpaceError
 
+# A knob enumerates at most this many candidates (before its filter): a split of a long axis
+# into many factors, or all orders of many loops, would otherwise enumerate for hours.
+MAX_CANDIDATES = 1 << 21
+
+
+def _check_count(name: str, count: int, what: str) -> None:
+    if count > MAX_CANDIDATES:
+        raise SpaceError(f"knob '{name}' would enumerate {count} candidates ({what}); at most "
+                         f"{MAX_CANDIDATES}: use fewer outputs/axes or a 'candidate' policy")
+
+
 # --------------------------------------------------------------------------------------------
 # factor helpers (same sets as AutoTVM, so split spaces enumerate identically)
 
@@ -211,6 +222,8 @@ class SplitSpace(KnobSpace):
                 raise SpaceError(f"split '{name}': unknown policy '{policy}' "
                                  "(factors, power2, verbose, candidate)")
             factors = [f for f in factors if f <= max_factor]
+            _check_count(name, len(factors) ** (num_outputs - 1),
+                         f"{len(factors)} factors of {length} in {num_outputs} outputs")
             no_tail = (policy == "factors") if no_tail is None else bool(no_tail)
             # Same DFS as AutoTVM: the first chosen factor is the innermost size.
             for combo in itertools.product(factors, repeat=num_outputs - 1):
@@ -222,7 +235,13 @@ class SplitSpace(KnobSpace):
                 if length % prod == 0 or (not no_tail and prod < length):
                     entities.append(SplitEntity([-1] + list(combo[::-1])))
         if filter is not None:
-            entities = [e for e in entities if filter(e)]
+            kept = [e for e in entities if filter(e)]
+            if entities and not kept:
+                text = getattr(filter, "text", None)  # an expression filter's source
+                raise SpaceError(f"split '{name}' of {length} ({policy}, {num_outputs} "
+                                 f"outputs): filter{f' {text!r}' if text else ''} leaves none "
+                                 f"of its {len(entities)} splits")
+            entities = kept
         super().__init__(name, entities)
 
 
@@ -240,6 +259,9 @@ class ReorderSpace(KnobSpace):
 
     def __init__(self, name, num_axes, policy="all", interval=None, candidate=None):
         n = int(num_axes)
+        if policy in ("all", "interval_all"):
+            free = n if policy == "all" else interval[1] - interval[0]
+            _check_count(name, math.factorial(max(free, 0)), f"all orders of {free} loops")
         if policy == "identity":
             perms = [list(range(n))]
         elif policy == "all":
@@ -273,6 +295,7 @@ class AnnotateSpace(KnobSpace):
             for ann in anns:
                 if ann not in ("none", "unroll", "vec"):
                     raise SpaceError(f"annotate '{name}': unknown policy '{policy}'")
+            _check_count(name, len(anns) ** n, f"{len(anns)} annotations on each of {n} loops")
             entities = [AnnotateEntity(c) for c in itertools.product(anns, repeat=n)
                         if list(c).count("vec") <= 1]
         super().__init__(name, entities)

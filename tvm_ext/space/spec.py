@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
@@ -48,54 +49,32 @@ def load_space_spec(template: str, path: Optional[str] = None) -> Dict[str, Any]
     return spec
 
 
+# Spaces build in milliseconds; one that takes this long asks for too much (each knob's
+# enumeration and each expression are bounded, this bounds them all together).
+BUILD_SECONDS = 30.0
+
+
 def build_space(spec: Mapping[str, Any], axes: Mapping[str, int],
-                facts: Optional[Mapping[str, Any]] = None) -> ConfigSpace:
+                facts: Optional[Mapping[str, Any]] = None, *,
+                time_limit: float = BUILD_SECONDS) -> ConfigSpace:
     """A ConfigSpace from a space spec.
 
     ``axes`` maps axis names used by split knobs ("M", "N", "K", "B") to their lengths; ``facts``
     are extra names for filters and constraints (hardware facts, dtype sizes). A knob's
     ``"when"`` expression (over facts) leaves the knob out where false, and its ``"default"``
     value is then used by the template. ``"let"`` names terms over facts, axes, knobs and earlier
-    let terms (in file order), evaluated per config for the constraints.
+    let terms (in file order), evaluated per config for the constraints. A space that takes
+    longer than ``time_limit`` seconds to build is refused, naming the knob it had reached.
     """
     names = {**(facts or {}), **axes}
     space = ConfigSpace(names, spec.get("template", ""))
+    deadline = time.monotonic() + time_limit
     for k in spec["knobs"]:
-        try:
-            name, kind = k["name"], k["kind"]
-        except KeyError as err:
-            raise SpaceError(f"knob {k} lacks field {err}") from None
-        if "when" in k and not eval_expr(k["when"], names):
-            continue
-        if kind == "split":
-            axis = k.get("axis")
-            if axis not in axes:
-                raise SpaceError(f"split '{name}' names axis '{axis}'; "
-                                 f"this template has {', '.join(axes)}")
-            space.facts["_len_" + name] = axes[axis]
-            max_factor = k.get("max_factor")
-            if isinstance(max_factor, str):
-                max_factor = eval_expr(max_factor, names)
-            space.define_split(name, axes[axis], k.get("policy", "factors"),
-                               num_outputs=k.get("num_outputs", 2), max_factor=max_factor,
-                               filter=k.get("filter"), no_tail=k.get("no_tail"),
-                               candidate=k.get("candidate"))
-        elif kind == "knob":
-            cands = k.get("candidates")
-            if not isinstance(cands, list):
-                raise SpaceError(f"knob '{name}' needs a 'candidates' list")
-            if "filter" in k:
-                cands = [c for c in cands if eval_expr(k["filter"], {**names, "value": c})]
-            space.define_knob(name, cands)
-        elif kind == "reorder":
-            space.define_reorder(name, k["num_axes"], k.get("policy", "all"),
-                                 **{x: k[x] for x in ("interval", "candidate") if x in k})
-        elif kind == "annotate":
-            space.define_annotate(name, k["num_axes"], k.get("policy", "try_unroll"),
-                                  **({"candidate": k["candidate"]} if "candidate" in k else {}))
-        else:
-            raise SpaceError(f"knob '{name}' has unknown kind '{kind}' "
-                             "(split, knob, reorder, annotate)")
+        _define_knob(space, k, names, axes)
+        if time.monotonic() > deadline:
+            raise SpaceError(f"building the space of '{space.template}' took more than "
+                             f"{time_limit:g}s (up to knob {k.get('name')!r}); narrow the "
+                             "knobs' ranges")
     lets = spec.get("let", {})
     if not isinstance(lets, Mapping):
         raise SpaceError(f"space 'let' must be an object of name: expression, got {lets!r}")
@@ -107,6 +86,51 @@ def build_space(spec: Mapping[str, Any], axes: Mapping[str, int],
         else:
             space.add_constraint(c)
     return space
+
+
+def _define_knob(space: ConfigSpace, k: Mapping[str, Any], names: Mapping[str, Any],
+                 axes: Mapping[str, int]) -> None:
+    """Define one knob of a space file in ``space`` (or nothing, where its "when" is false)."""
+    try:
+        name, kind = k["name"], k["kind"]
+    except KeyError as err:
+        raise SpaceError(f"knob {k} lacks field {err}") from None
+    if "when" in k and not eval_expr(k["when"], names):
+        return
+    if kind == "split":
+        axis = k.get("axis")
+        if axis not in axes:
+            raise SpaceError(f"split '{name}' names axis '{axis}'; "
+                             f"this template has {', '.join(axes)}")
+        space.facts["_len_" + name] = axes[axis]
+        max_factor = k.get("max_factor")
+        if isinstance(max_factor, str):
+            max_factor = eval_expr(max_factor, names)
+        space.define_split(name, axes[axis], k.get("policy", "factors"),
+                           num_outputs=k.get("num_outputs", 2), max_factor=max_factor,
+                           filter=k.get("filter"), no_tail=k.get("no_tail"),
+                           candidate=k.get("candidate"))
+    elif kind == "knob":
+        cands = k.get("candidates")
+        if not isinstance(cands, list):
+            raise SpaceError(f"knob '{name}' needs a 'candidates' list")
+        if "filter" in k:
+            kept = [c for c in cands if eval_expr(k["filter"], {**names, "value": c})]
+            if cands and not kept:
+                shown = ", ".join(map(repr, cands[:8])) + (", ..." if len(cands) > 8 else "")
+                raise SpaceError(f"knob '{name}': filter '{k['filter']}' leaves none of its "
+                                 f"{len(cands)} candidates ({shown})")
+            cands = kept
+        space.define_knob(name, cands)
+    elif kind == "reorder":
+        space.define_reorder(name, k["num_axes"], k.get("policy", "all"),
+                             **{x: k[x] for x in ("interval", "candidate") if x in k})
+    elif kind == "annotate":
+        space.define_annotate(name, k["num_axes"], k.get("policy", "try_unroll"),
+                              **({"candidate": k["candidate"]} if "candidate" in k else {}))
+    else:
+        raise SpaceError(f"knob '{name}' has unknown kind '{kind}' "
+                         "(split, knob, reorder, annotate)")
 
 
 def knob_defaults(spec: Mapping[str, Any]) -> Dict[str, Any]:

@@ -21,6 +21,8 @@ def make_tuner(name: str, space, *, seed=None, **options) -> Tuner:
         cls = TUNERS[name]
     except KeyError:
         raise TvmExtError(f"unknown tuner '{name}' (known: {', '.join(TUNERS)})") from None
+    if seed is not None and (not isinstance(seed, int) or seed < 0):
+        raise TvmExtError(f"a tuner's seed must be an integer >= 0, got {seed!r}")
     return cls(space, seed=seed, **options)
 
 
