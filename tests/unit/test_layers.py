@@ -25,6 +25,7 @@ LAYERS = [
     ["strategy"],        # which templates exist and apply
     ["codegen"],         # pass options, CUDA compiler mode, launch attributes
     ["task"],
+    ["propose"],         # ranks a space's configs from hardware facts, measuring nothing
     ["tuner", "measure"],
     ["session"],         # THE tuning driver
     ["dispatch"],        # apply logs at build time

@@ -8,11 +8,12 @@ from .base import Tuner
 from .ga import GATuner
 from .grid import GridSearchTuner
 from .random import RandomTuner
+from .topk import TopKTuner
 from .transfer import warm_start
 from .xgb import XGBTuner
 
 TUNERS = {"random": RandomTuner, "grid": GridSearchTuner, "ga": GATuner, "xgb": XGBTuner,
-          "xgb-reg": functools.partial(XGBTuner, loss="reg")}
+          "xgb-reg": functools.partial(XGBTuner, loss="reg"), "topk": TopKTuner}
 
 
 def make_tuner(name: str, space, *, seed=None, **options) -> Tuner:
@@ -26,5 +27,5 @@ def make_tuner(name: str, space, *, seed=None, **options) -> Tuner:
     return cls(space, seed=seed, **options)
 
 
-__all__ = ["Tuner", "RandomTuner", "GridSearchTuner", "GATuner",
+__all__ = ["Tuner", "RandomTuner", "TopKTuner", "GridSearchTuner", "GATuner",
            "XGBTuner", "TUNERS", "make_tuner", "warm_start"]

@@ -20,6 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..propose import propose
 from .base import PlanningTuner
 
 
@@ -42,6 +43,7 @@ class XGBTuner(PlanningTuner):
         self._fea_cache: Dict[int, np.ndarray] = {}
         self._loop_cache: Dict[int, np.ndarray] = {}
         self.n_plans = 0
+        self.n_seeded = 0  # configs of the first plan that came from the proposer
 
     # ---- data ----
     def tell(self, indices, costs):
@@ -166,7 +168,14 @@ class XGBTuner(PlanningTuner):
         taken: set = set()
         valid_data = sum(1 for y in self.ys if y > 0)
         if valid_data + len(self.transfer_x) < self.min_data:
-            return self.random_valid(self.plan_size, taken)
+            # Before the model has data: the proposer's best configs (``tvm_ext.propose``),
+            # then a random share, so the first model sees both good and varied configs.
+            seeded = [] if self.n_seeded else propose(
+                self.space, self.plan_size - int(round(self.plan_size * self.random_share)),
+                exclude=self.visited)
+            self.n_seeded += len(seeded)
+            taken.update(seeded)
+            return seeded + self.random_valid(self.plan_size - len(seeded), taken)
         self.n_plans += 1
         knob_model = self._fit(*self._training_set(self._knob_fea))
         n_model = int(round(self.plan_size * (1 - self.random_share)))

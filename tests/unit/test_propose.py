@@ -1,0 +1,60 @@
+"""The proposer ranks without measuring: valid configs only, fast, and in a sane order."""
+import time
+
+import numpy as np
+
+from tvm_ext.propose import estimate, model_for, propose, scored
+from tvm_ext.strategy import all_templates
+from tvm_ext.target import cuda_target, parse_target
+from tvm_ext.task import Task
+from tvm_ext.tuner import make_tuner
+from tvm_ext.workload import Workload
+
+CPU = parse_target("llvm -mcpu=znver4")
+
+
+def test_every_builtin_template_has_a_model():
+    assert all(model_for(t.name) is not None for t in all_templates()
+               if not t.name.startswith("faulty"))
+
+
+def test_proposals_are_valid_distinct_and_ranked():
+    task = Task(Workload.create("dense", (128, 3072, 768)), CPU)
+    ranked = scored(task.space)
+    top = propose(task.space, 20)
+    assert len(top) == len(set(top)) == 20 and all(task.space.is_valid(i) for i in top)
+    assert top == [i for _, i in ranked[:20]]
+    times = [t for t, _ in ranked]
+    assert times == sorted(times) and np.isfinite(times).all()
+
+
+def test_large_spaces_are_sampled_within_the_budget():
+    task = Task(Workload.create("dense", (1024, 1024, 1024), "float16"), cuda_target("sm_90"),
+                template="dense_mma.cuda")
+    assert len(task.space) > 100_000
+    start = time.time()
+    top = propose(task.space, 20)
+    assert time.time() - start < 4.0 and len(top) == 20  # about a second, 2 shared cores
+    assert all(task.space.is_valid(i) for i in top)
+
+
+def test_the_model_knows_what_costs():
+    """Rows of 3 vectors (LLVM splits such vector types: measured 8-10x slower) and row chunks
+    that pack B again for every 2 rows rank after a plain 8 x 16 register tile."""
+    task = Task(Workload.create("dense", (128, 3072, 768)), CPU)
+    good = task.config_with({"tile_y": [-1, 16, 8], "tile_x": [-1, 4, 16], "tile_k": [-1, 12],
+                             "tile_inner": [-1, 4]})
+    three = task.config_with({"tile_y": [-1, 16, 8], "tile_x": [-1, 1, 48], "tile_k": [-1, 12],
+                              "tile_inner": [-1, 4]})
+    repack = task.config_with({"tile_y": [-1, 1, 2], "tile_x": [-1, 4, 16], "tile_k": [-1, 12],
+                               "tile_inner": [-1, 2]})
+    assert estimate(task.space, good) < estimate(task.space, three)
+    assert estimate(task.space, good) < estimate(task.space, repack)
+
+
+def test_xgb_starts_from_the_proposal():
+    task = Task(Workload.create("dense", (128, 3072, 768)), CPU)
+    tuner = make_tuner("xgb", task.space, seed=0)
+    first = tuner.ask(tuner.plan_size)
+    best = propose(task.space, 5)
+    assert first[:5] == best and tuner.n_seeded > 0
