@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "`get_model()`) under one --trials budget into one log")
     p.add_argument("--trials", type=int, default=32, help="configs to measure (default 32)")
     p.add_argument("--tuner", default="random",
-                   help="random, grid, ga, xgb (rank loss) or xgb-reg (default random)")
+                   help="random, grid, ga, xgb (rank loss), xgb-reg or topk (measure the "
+                        "proposer's best configs) (default random)")
     p.add_argument("--batch-size", type=int, default=8, help="configs per measure batch")
     p.add_argument("--early-stopping", type=int, help="stop after N trials without progress")
     p.add_argument("--log", help="log file to append to (default tvm_ext_logs/<op>.<target>"
