@@ -129,27 +129,6 @@ def compile_module(mod, target, pass_config=None):
         return tvm.compile(mod, target=target)
 
 
-def host_cores() -> int:
-    """The physical cores this process may run on: its CPU affinity, with the hyper-threads of
-    one core counted once (their second thread adds little to a GEMM that fills the FMA
-    ports)."""
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return max(1, (os.cpu_count() or 2) // 2)
-    cores = set()
-    for cpu in cpus:
-        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
-        try:
-            with open(f"{base}/physical_package_id") as f:
-                package = f.read().strip()
-            with open(f"{base}/core_id") as f:
-                cores.add((package, f.read().strip()))
-        except OSError:
-            cores.add(("cpu", str(cpu)))
-    return max(1, len(cores))
-
-
 def use_host_cores() -> int:
     """Make TVM's CPU thread pool use ``host_cores()`` threads, unless ``TVM_NUM_THREADS`` says
     otherwise, and return the count in use. TVM sizes its pool when the first parallel kernel
@@ -157,6 +136,8 @@ def use_host_cores() -> int:
     two): on a host of single-thread cores that is half the cores. Called before a kernel of
     ours runs (Kernel, the measurers' runners, the bench)."""
     import tvm  # noqa: PLC0415
+
+    from .target import host_cores  # noqa: PLC0415
 
     if "TVM_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(host_cores())  # read when TVM makes its pool

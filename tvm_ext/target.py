@@ -90,11 +90,42 @@ def _check_llvm_cpu(cpu: str, triple: Optional[str]) -> None:
 
 
 @functools.lru_cache(maxsize=None)
+def host_cores() -> int:
+    """The physical cores this process may run on: its CPU affinity, with the hyper-threads of
+    one core counted once (their second thread adds little to a GEMM that fills the FMA
+    ports)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return max(1, (os.cpu_count() or 2) // 2)
+    cores = set()
+    for cpu in cpus:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{base}/physical_package_id") as f:
+                package = f.read().strip()
+            with open(f"{base}/core_id") as f:
+                cores.add((package, f.read().strip()))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
+
+
+def cpu_threads() -> int:
+    """The threads tvm_ext's CPU kernels run on: ``TVM_NUM_THREADS`` where the user set it,
+    else ``host_cores()`` (see ``codegen.use_host_cores``)."""
+    try:
+        return max(1, int(os.environ.get("TVM_NUM_THREADS", "")))
+    except ValueError:
+        return host_cores()
+
+
 def host_cpu_target():
     tvm = _tvm()
     t = tvm.target.Target.from_device(tvm.cpu())
     d = dict(t.export())
-    d["num-cores"] = os.cpu_count() or 1
+    # The threads the kernels run on: part of what a record's time was measured with.
+    d["num-cores"] = cpu_threads()
     return _make({k: v for k, v in d.items() if k in ("kind", "mcpu", "mtriple", "mattr",
                                                        "num-cores", "keys")})
 
@@ -196,8 +227,11 @@ def target_info(target: Union[str, Dict[str, Any], Any]) -> Dict[str, Any]:
     else:
         d = dict(target.export())
     kind = str(d.get("kind", ""))
+    cores = d.get("num-cores")
     return {"kind": kind, "arch": d.get("arch"), "mcpu": d.get("mcpu"),
-            "model": d.get("model") or None, "keys": list(d.get("keys", []))}
+            "model": d.get("model") or None, "keys": list(d.get("keys", [])),
+            "num_cores": int(cores) if isinstance(cores, (int, str)) and str(cores).isdigit()
+            else None}
 
 
 def target_str(target) -> str:
@@ -227,9 +261,15 @@ def target_model(target) -> Optional[str]:
 
 def target_machine(target) -> Optional[str]:
     """The machine a record's time was measured on, as far as its target says: the GPU model
-    for CUDA, the CPU (``mcpu``) for llvm; None where the target does not say."""
+    for CUDA; for llvm the CPU (``mcpu``) and the threads its kernels ran on (``num-cores``: a
+    time measured on 1 thread does not rank kernels for 2); None where the target does not
+    say."""
     info = target_info(target)
-    return target_model(target) if info["kind"] == "cuda" else (info["mcpu"] or None)
+    if info["kind"] == "cuda":
+        return target_model(target)
+    if not info["mcpu"]:
+        return None
+    return info["mcpu"] + (f" x{info['num_cores']}" if info["num_cores"] else "")
 
 
 def describe(target) -> str:

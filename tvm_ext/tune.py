@@ -339,7 +339,10 @@ def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
                                     early_stopping=args.early_stopping, callbacks=[progress])
     finally:
         progress.close()
-    print(f"measured {summary.trials} configs of {task.name} in {summary.elapsed:.1f}s "
+    from .target import target_info  # noqa: PLC0415
+    cores = target_info(task.target)["num_cores"]
+    on = f" on {cores} CPU threads" if task.target.kind.name == "llvm" and cores else ""
+    print(f"measured {summary.trials} configs of {task.name}{on} in {summary.elapsed:.1f}s "
           f"({summary.errors} failed) into {log}")
     return 0
 

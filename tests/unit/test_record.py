@@ -134,6 +134,18 @@ def test_cpu_records_of_the_same_cpu_ranked_first(tmp_path):
     assert costs({"kind": "cuda", "arch": "sm_90"}) == []
 
 
+def test_cpu_records_rank_by_their_thread_count(tmp_path):
+    """A time measured on one thread does not rank kernels for two: records of the target's own
+    CPU and thread count (``num-cores``) first."""
+    one, two = ('{"kind": "llvm", "keys": ["cpu"], "mcpu": "znver4", "num-cores": %d}' % n
+                for n in (1, 2))
+    log = tmp_path / "threads.json"
+    record.append(log, [_line(1e-3, 0, target=one), _line(2e-3, 1, target=two)])
+    recs = record.load(log)
+    assert [r.result.mean for r in record.ranked_for(recs, WL, json.loads(two))] == [2e-3, 1e-3]
+    assert [r.result.mean for r in record.ranked_for(recs, WL, json.loads(one))] == [1e-3, 2e-3]
+
+
 def test_tvm019_autotvm_log_loads():
     recs = record.load(os.path.join(DATA, "autotvm_v019_x86.json"))
     assert [r.task_name for r in recs] == ["batch_matmul.x86", "batch_matmul.x86",

@@ -8,7 +8,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBE = """
 import tvm, tvm_ext
-from tvm_ext.codegen import host_cores
+from tvm_ext.target import host_cores
 k = tvm_ext.build(tvm_ext.Workload.create("dense", (64, 64, 64)), "llvm")
 print(k.threads, tvm.runtime.num_threads(), host_cores())
 """
