@@ -55,3 +55,77 @@ def pool_failures(cases, builders_each=3):
     with ThreadPoolExecutor(n_pools) as ex:
         done = list(ex.map(check, [cases[i::n_pools] for i in range(n_pools)]))
     return sum(n for n, _ in done), [line for _, lines in done for line in lines]
+
+
+# ---- the kernels a config really builds: shared memory and launch dimensions ----
+
+def lowered_kernels(task, cfg):
+    """{kernel name: device PrimFunc} of a config, lowered by the pipeline ``tvm.compile`` runs
+    (with the template's pass options), up to the device code generator: the allocations seen
+    here are the ones in the CUDA source, with dynamic shared memory merged into one buffer."""
+    import tvm  # noqa: PLC0415
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.tirx.build import split_host_device_mods  # noqa: PLC0415
+    from tvm_ext import codegen  # noqa: PLC0415
+
+    mod = task.instantiate(cfg)
+    with codegen.pass_options(task.template.pass_config):
+        target = tvm.target.Target(task.target).with_host(tvm.target.Target("llvm"))
+        mod = tirx.transform.BindTarget(target)(mod)
+        pipeline, _, finalize_device = tirx.get_tir_pipeline("default")
+        _, device = split_host_device_mods(pipeline(mod))
+        out = {}
+        for dev_mod in device.values():
+            for gv, func in finalize_device()(dev_mod).functions.items():
+                out[gv.name_hint] = func
+    return out
+
+
+def _walk(stmt, visit):
+    """Visit every statement of a lowered kernel (TVM 0.27 has no Python stmt visitor)."""
+    from tvm import tirx  # noqa: PLC0415
+    if stmt is None:
+        return
+    visit(stmt)
+    if isinstance(stmt, tirx.stmt.SeqStmt):
+        for s in stmt.seq:
+            _walk(s, visit)
+    for field in ("body", "then_case", "else_case"):
+        child = getattr(stmt, field, None)
+        if isinstance(child, tirx.stmt.Stmt):
+            _walk(child, visit)
+
+
+def kernel_resources(func):
+    """(static shared bytes, dynamic shared bytes, {thread tag: extent}) of a lowered kernel."""
+    from tvm import tirx  # noqa: PLC0415
+    shared = {"shared": 0, "shared.dyn": 0}
+    launch = {}
+
+    def visit(stmt):
+        if isinstance(stmt, tirx.stmt.AllocBuffer) and stmt.buffer.scope() in shared:
+            n = 1
+            for e in stmt.buffer.shape:
+                n *= int(e)
+            shared[stmt.buffer.scope()] += n * stmt.buffer.dtype.bits // 8 * \
+                stmt.buffer.dtype.lanes
+        elif isinstance(stmt, tirx.stmt.AttrStmt) and stmt.attr_key == "thread_extent":
+            launch[stmt.node.var.name] = int(stmt.value)
+
+    _walk(func.body, visit)
+    return shared["shared"], shared["shared.dyn"], launch
+
+
+def source_static_shared(src):
+    """Bytes of the static ``__shared__`` arrays declared in CUDA source, by element type."""
+    import re  # noqa: PLC0415
+    sizes = {"float": 4, "half": 2, "nv_bfloat16": 2, "int": 4, "signed char": 1, "char": 1,
+             "uchar": 1, "unsigned char": 1, "double": 8, "short": 2, "int64_t": 8}
+    # Vector types (TVM declares a buffer of 8-half vectors as uint4).
+    for base, size in (("uint", 4), ("int", 4), ("float", 4), ("half", 2)):
+        sizes.update({f"{base}{n}": size * n for n in (1, 2, 3, 4)})
+    total = 0
+    for dtype, count in re.findall(
+            r"__shared__\s+(?:alignas\(\d+\)\s+)?([A-Za-z_][\w ]*?)\s+\w+\[(\d+)\]", src):
+        total += sizes[dtype.strip()] * int(count)
+    return total

@@ -2,6 +2,7 @@
 sampled configs of every space; numerics on a GPU (``-m gpu``) for every layout and dtype."""
 import shutil
 
+import numpy as np
 import pytest
 
 from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
@@ -97,3 +98,88 @@ def test_space_prunes_over_the_limits():
     assert task.space.is_valid(task.fallback_config())
 
 
+
+
+# ---- every positive shape: padded tiles ----
+
+ODD_SHAPES = [("batch_matmul", (3, 50, 70, 33)), ("dense", (128, 128, 30)),
+              ("dense", (1009, 1009, 1009)), ("dense", (127, 131, 137)), ("dense", (1, 1, 1)),
+              ("batch_matmul", (256, 3, 5, 7)), ("dense", (3, 1000, 2)), ("dense", (64, 96, 1))]
+
+
+@pytest.mark.parametrize("op,shape", ODD_SHAPES)
+def test_every_shape_has_valid_configs_within_twice_the_flops(op, shape):
+    """K without a factor in {4, 8, 16, 32}, primes, tiny and degenerate axes: every CUDA-core
+    template that claims the shape has a valid fallback and valid configs, whose padded
+    iteration space is at most twice the real one."""
+    from tvm_ext.strategy import templates_for
+    for dtype in ("float32", "float16"):
+        wl = Workload.create(op, shape, dtype, layout="NT")
+        for template in templates_for(wl, cuda_target("sm_90")):
+            if template.name.split(".")[0] not in ("batch_matmul", "dense_large_batch",
+                                                   "dense_small_batch"):
+                continue
+            task = Task(wl, cuda_target("sm_90"), template=template.name)
+            picks = task.space.random_valid(np.random.default_rng(0), 6, max_draws=10000)
+            assert picks, task  # (a 1 x 1 x 1 matmul has one config, others a few)
+            for cfg in [task.fallback_config()] + [task.config(i) for i in picks]:
+                assert task.space.is_valid(cfg), (task, cfg, task.space.violations(cfg))
+                n = task.space.names_of(cfg)
+                assert n["pad_m"] * n["pad_n"] * n["pad_k"] <= 2 * wl.M * wl.N * wl.K
+
+
+@pytest.mark.parametrize("template,op,shape,aligned", [
+    ("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 33), (3, 64, 64, 32)),
+    ("dense_large_batch.cuda", "dense", (127, 131, 137), (128, 128, 128)),
+    ("dense_small_batch.cuda", "dense", (7, 131, 1000), (8, 128, 1024))])
+def test_padding_is_inside_the_kernel(template, op, shape, aligned):
+    """A padded config is one kernel that reads A and B and writes C itself: the zeros are
+    computed in its loads and the crop in its write-back (no padded copy in global memory); a
+    config whose tiles divide the shape is not padded at all."""
+    from cuda_helpers import lowered_kernels
+    wl = Workload.create(op, shape, "float32", layout="NT")
+    task = Task(wl, cuda_target("sm_90"), template=template)
+    cfg = task.fallback_config()
+    n = task.space.names_of(cfg)
+    assert (n["pad_m"], n["pad_n"], n["pad_k"]) != (wl.M, wl.N, wl.K)
+    assert "_pad" in task.instantiate(cfg).script()
+    (func,) = lowered_kernels(task, cfg).values()
+    assert [p.name for p in func.params] == ["A_ptr", "B_ptr", "C_ptr"]
+    assert "global" not in [b.scope() for b in _allocated(func)]
+    aligned = Task(Workload.create(op, aligned, "float32", layout="NT"), cuda_target("sm_90"),
+                   template=template)
+    assert "_pad" not in aligned.instantiate(aligned.fallback_config()).script()
+
+
+def _allocated(func):
+    from tvm import tirx
+    found = []
+
+    def walk(stmt):
+        if isinstance(stmt, tirx.stmt.AllocBuffer):
+            found.append(stmt.buffer)
+        for s in getattr(stmt, "seq", None) or []:
+            walk(s)
+        for field in ("body", "then_case", "else_case"):
+            child = getattr(stmt, field, None)
+            if isinstance(child, tirx.stmt.Stmt):
+                walk(child)
+    walk(func.body)
+    return found
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_f16_kmajor_register_loads_from_rows_padded_by_4():
+    """f16 K-major tiles with rows padded to 32 n + 4 halves and an 8-wide register tile: the
+    register loads are 4 halves wide (an 8-half load from a stride of 4 mod 8 is a gather, which
+    TVM 0.27 writes as make_uint4 of 8 values and nvcc rejects)."""
+    target = cuda_target("sm_90")
+    task = Task(Workload.create("dense", (128, 128, 136), "float16", layout="NT"), target,
+                template="dense_large_batch.cuda")
+    cfg = task.config_with({"tile_y": [-1, 4, 16], "tile_x": [-1, 8, 8], "tile_k": [-1, 4],
+                            "vec": 1, "offset": 4, "double_buffer": 1, "kmajor": 1,
+                            "interleave_y": 2, "interleave_x": 1})
+    assert task.space.is_valid(cfg)
+    src = cuda_source(task, cfg)
+    assert "make_uint4(" not in src
+    assert len(nvcc_cubin(src, target, "sm_90")) > 1000

@@ -52,3 +52,30 @@ def test_numerics_on_gpu(template, op, shape, interleave, dtype, layout):
     for cfg in configs:
         kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
         np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))
+
+
+ODD = [("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 33)),
+       ("dense_large_batch.cuda", "dense", (127, 131, 137)),
+       ("dense_large_batch.cuda", "dense", (100, 72, 30)),
+       ("dense_small_batch.cuda", "dense", (3, 100, 133))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template,op,shape", ODD)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_numerics_of_shapes_without_convenient_factors_on_gpu(template, op, shape, dtype,
+                                                               layout):
+    """Primes and K without a factor in {4, 8, 16, 32}: padded or predicated tiles, the right
+    answer (the fallback and sampled configs)."""
+    import tvm
+    from tvm_ext.dispatch import Choice, Kernel
+    wl = Workload.create(op, shape, dtype, layout=layout)
+    task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")),
+                template=template)
+    rng = np.random.default_rng(zlib.crc32(f"{template}{shape}{dtype}{layout}".encode()))
+    a, b = random_inputs(task.workload, rng)
+    ref = reference_matmul(wl, a, b)
+    for cfg in sample_configs(task, 3, 4):
+        kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
+        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))

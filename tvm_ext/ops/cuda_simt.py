@@ -29,20 +29,82 @@ TOPI's structure (TVM <= 0.19 batch_matmul.cuda), in TensorIR:
 Knobs (TOPI names): tile_y = [by, ty, yi], tile_x = [bx, tx, xi], tile_k = [ko, ki],
 auto_unroll_max_step, unroll_explicit; new: vec, offset, double_buffer, kmajor, interleave_y,
 interleave_x.
+
+Every shape: an axis that its tile does not divide is padded up to the tile (``pad_einsum``):
+the zeros are computed inside the shared-memory loads and the crop inside the write-back, so the
+kernel reads and writes only the real tensors and needs no other kernel. The spaces keep the
+padded flops within 2x the real ones; a shape whose tiles divide it keeps exactly its kernel.
+
+Shared memory: what the kernel allocates per tile is ``rows x stride`` elements, where the
+stride of a row (the tile's contiguous axis) is raised by ``storage_align(factor=32, offset)``
+to the next 32 * n + offset (a 16-float K row with offset 4 takes 36, not 20), and double
+buffering doubles both tiles. The spaces' ``smem_bytes`` let term is exactly that (tests check
+it against the lowered kernels), and keeps it within the 48 KB of static shared memory.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from ..template import ScheduleTemplate
-from .common import MATMUL_BLOCK, largest_factor, plain_compute
+from .common import CROP_BLOCK, MATMUL_BLOCK, largest_factor, padded, plain_compute
+from .cuda_tensorcore.tiling import inline_consumer, inline_producer, pad_to_tiles
 
 
-def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
-                       auto_unroll=64, unroll_explicit=1, double_buffer=0, kmajor=0,
-                       interleave=(1, 1)):
-    _, ty_n, yi_n = tile_y
-    _, tx_n, xi_n = tile_x
-    ki_n = tile_k[-1]
+@dataclass(frozen=True)
+class SimtGemmConfig:
+    """The knobs of the GEMM schedule, by role."""
+
+    ty: int  # threads along M (threadIdx.y)
+    yi: int  # rows of a thread's register tile
+    tx: int  # threads along N (threadIdx.x)
+    xi: int  # columns of a thread's register tile
+    ki: int  # K depth of a shared-memory tile
+    vec: int = 1  # elements per global -> shared load
+    offset: int = 0  # storage_align offset of the shared rows (0: rows not padded)
+    auto_unroll: int = 64
+    unroll_explicit: int = 1
+    double_buffer: int = 0
+    kmajor: int = 0
+    interleave_y: int = 1
+    interleave_x: int = 1
+
+    @staticmethod
+    def from_knobs(cfg) -> "SimtGemmConfig":
+        _, ty, yi = cfg["tile_y"].size
+        _, tx, xi = cfg["tile_x"].size
+        return SimtGemmConfig(
+            ty, yi, tx, xi, cfg["tile_k"].size[-1], vec=cfg["vec"].val,
+            offset=cfg["offset"].val, auto_unroll=cfg["auto_unroll_max_step"].val,
+            unroll_explicit=cfg["unroll_explicit"].val, double_buffer=cfg["double_buffer"].val,
+            # Knobs added later: a record without them replays the kernel it was measured with.
+            kmajor=cfg.value("kmajor", 0), interleave_y=cfg.value("interleave_y", 1),
+            interleave_x=cfg.value("interleave_x", 1))
+
+    def knobs(self):
+        """{knob: value}, as a fallback returns them."""
+        return {"tile_y": [-1, self.ty, self.yi], "tile_x": [-1, self.tx, self.xi],
+                "tile_k": [-1, self.ki], "auto_unroll_max_step": self.auto_unroll,
+                "unroll_explicit": self.unroll_explicit, "vec": self.vec, "offset": self.offset,
+                "double_buffer": self.double_buffer, "kmajor": self.kmajor,
+                "interleave_y": self.interleave_y, "interleave_x": self.interleave_x}
+
+    @property
+    def block_m(self):
+        return self.ty * self.yi
+
+    @property
+    def block_n(self):
+        return self.tx * self.xi
+
+
+def schedule_simt_gemm(sch, wl, config: SimtGemmConfig):
+    ty_n, yi_n, tx_n, xi_n, ki_n = config.ty, config.yi, config.tx, config.xi, config.ki
+    vec, offset, kmajor = config.vec, config.offset, config.kmajor
+    interleave = (config.interleave_y, config.interleave_x)
     c = sch.get_sblock(MATMUL_BLOCK)
+    # An axis the block tile does not divide is padded up to it: an aligned shape is left as it
+    # is, so its kernel does not change.
+    pad = pad_to_tiles(sch, c, wl, (config.block_m, config.block_n, ki_n))
     loops = sch.get_loops(c)
     batch_loops = list(loops[:-3])
     i, j, k = loops[-3:]
@@ -64,9 +126,13 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
     if outer_y or outer_x:
         # The sub-tile rows are written with vector stores (a row of xi / 2 contiguous values).
         width = _register_vec(xi_n // interleave[1], wl, wl.out_dtype)
+        while pad and width > 1 and wl.N % width:
+            width //= 2  # a padded N: an output row starts at a multiple of the vector only so
         if width > 1:
             _, v = sch.split(sch.get_loops(acc)[-1], [None, width])
             sch.vectorize(v)
+    if pad:
+        inline_consumer(sch, acc)  # the crop of the padded tile, inside the write-back
     n_above = len(batch_loops) + 5 + len(outer_y) + len(outer_x)  # loops down to ko
     # Shared-memory staging of the A and B tiles of one ko step, loaded by all threads.
     for idx in (0, 1):
@@ -76,6 +142,8 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
         sch.compute_at(sh, ko)
         # Loops of extent 1 vanish at compute_at: fuse whatever is left below ko.
         inner = sch.get_loops(sh)[n_above:]  # below [batch], by, bx, [vy, vx,] ty, tx, ko
+        if not inner:  # a tile of one element (a 1 x 1 x 1 matmul): a loop to bind
+            inner = [sch.add_unit_loop(sh)]
         fused = sch.fuse(*inner) if len(inner) > 1 else inner[0]
         _, f_ty, f_tx, f_v = sch.split(fused, [None, ty_n, tx_n, vec])
         sch.bind(f_ty, "threadIdx.y")
@@ -83,22 +151,38 @@ def schedule_simt_gemm(sch, wl, tile_y, tile_x, tile_k, *, vec=1, offset=0,
         sch.vectorize(f_v)
         if offset:
             sch.storage_align(sh, 0, axis=-2, factor=32, offset=offset)
+        if pad:
+            inline_producer(sch, sh)  # zeros outside the operand, computed in the copy
     # Register copies of A and B per ki step; from K-major tiles a thread's yi (xi) values are
     # contiguous, read with vector loads of up to 16 bytes.
     for idx, n in ((0, yi_n), (1, xi_n)):
         loc = sch.cache_read(c, idx, "local")
         sch.compute_at(loc, ki)
         width = _register_vec(n // interleave[idx], wl) if kmajor else 1
+        # A vector load needs a row stride that is a multiple of it: a 16-half load from rows
+        # padded to 32 * n + 4 halves is not one, and TVM 0.27 writes that gather of 8 halves as
+        # make_uint4 of 8 values, which nvcc rejects; such rows are read 4 halves at a time.
+        # (f32 strides, 32 * n + 0 / 4 / 8 floats, are always multiples of 4.)
+        stride = shared_stride(config.block_m if idx == 0 else config.block_n, offset)
+        while width > 1 and stride % width:
+            width //= 2
         if width > 1:
             _, v = sch.split(sch.get_loops(loc)[-1], [None, width])
             sch.vectorize(v)
-    sch.annotate(by, "pragma_auto_unroll_max_step", auto_unroll)
-    sch.annotate(by, "pragma_unroll_explicit", unroll_explicit)
-    if double_buffer:
+    sch.annotate(by, "pragma_auto_unroll_max_step", config.auto_unroll)
+    sch.annotate(by, "pragma_unroll_explicit", config.unroll_explicit)
+    if config.double_buffer:
         # Stages: shared loads of tile ko+1 (stage 0) overlap the compute of tile ko (stage 1).
         sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
     sch.decompose_reduction(c, ko)
+
+
+def shared_stride(row, offset):
+    """Elements between the rows of a shared tile whose rows hold ``row`` elements, as
+    ``storage_align(factor=32, offset)`` lays them out: the next 32 * n + offset (the spaces'
+    ``a_stride`` / ``b_stride`` let terms)."""
+    return row + (32 + offset - row % 32) % 32 if offset else row
 
 
 def _thread_split(sch, loop, threads, per_thread, interleave):
@@ -128,22 +212,52 @@ def _register_vec(n, wl, dtype=None):
 
 
 def schedule_from_config(sch, cfg, wl, facts):
-    schedule_simt_gemm(
-        sch, wl, cfg["tile_y"].size, cfg["tile_x"].size, cfg["tile_k"].size,
-        vec=cfg["vec"].val, offset=cfg["offset"].val,
-        auto_unroll=cfg["auto_unroll_max_step"].val, unroll_explicit=cfg["unroll_explicit"].val,
-        double_buffer=cfg["double_buffer"].val,
-        kmajor=cfg.value("kmajor", 0),
-        interleave=(cfg.value("interleave_y", 1), cfg.value("interleave_x", 1)))
+    schedule_simt_gemm(sch, wl, SimtGemmConfig.from_knobs(cfg))
 
 
-def fallback_tiles(wl, facts):
+# ---- untuned configs ----
+
+def _valid(space, values):
+    """Whether {knob: value} is a config of ``space`` (every value one of its knob's candidates)
+    that its constraints accept."""
+    cfg = space.config_from_values(values)
+    return cfg.index is not None and space.is_valid(cfg)
+
+
+def fallback_tiles(wl, facts, space=None):
     """Untuned tiles from the target and the layout, not from one shape: 16x16 threads; a
-    register tile of 4x4, or 8x4 when B is stored [N, K] (both operands K-contiguous: measured
-    on an H100 at 1.36 ms against 2.08 ms for 4x4 on the 24x16384x512x64 bmm, while 4x4 won on
-    NN matmuls: 0.072 vs 0.111 ms at 1024^3, 33.1 vs 48.3 ms at 8192^3); smaller where the grid
-    would not give every SM a block; 64-byte shared rows (ki = 16 f32 / 32 f16) padded by 16
-    bytes against bank conflicts, double-buffered; 16-byte loads where the tile allows."""
+    register tile of 4x4, or 8x4 when B is stored [N, K] (both operands K-contiguous: 0.72 ms
+    against 2.08 ms for 4x4 on the 24x16384x512x64 bmm on an H100, see ``_SMEM_SAVING``,
+    while 4x4 won on NN matmuls: 0.072 vs 0.111 ms at 1024^3, 33.1 vs 48.3 ms at 8192^3);
+    smaller where the grid would not give every SM a block; 64-byte shared rows (ki = 16 f32 /
+    32 f16) padded by 16 bytes against bank conflicts, double-buffered; 16-byte loads where the
+    tile allows.
+
+    That rule takes divisors of M, N and K. Where its config is not one of the ``space``'s valid
+    ones, the same tiles with less shared memory come next (``_SMEM_SAVING``), then
+    ``padded_fallback`` (tiles that need not divide the axes)."""
+    first = _divisor_fallback(wl, facts)
+    if space is None or _valid(space, first.knobs()):
+        return first.knobs()
+    for change in _SMEM_SAVING:
+        config = replace(first, **change)
+        if _valid(space, config.knobs()):
+            return config.knobs()
+    return padded_fallback(wl, facts, space).knobs()
+
+
+# The divisor rule's tiles with less shared memory, in the order tried. Its 8x4 f32 tile of
+# K-contiguous operands (16x16 threads, a 128 x 64 block) has 16-float rows padded to a stride of
+# 36: 54 KB double-buffered, over the 48 KB of static shared memory (ptxas refuses it). Stored
+# K-major, its rows are 128 + 4 and 64 + 4 floats: 25 KB. Measured on an H100 (24x16384x512x64
+# f32 NT bmm / 4096^3 f32 NT dense): K-major with the rows' sub-tiles interleaved 0.72 / 3.66 ms,
+# K-major 0.84 / 3.70, single-buffered 1.36 / 6.52, no row padding 2.49 / 13.6, the 4x4 tile
+# 2.08 / 10.8 (the tuned record of the bmm: 0.72 ms).
+_SMEM_SAVING = ({"kmajor": 1, "interleave_y": 2}, {"kmajor": 1}, {"double_buffer": 0},
+                {"kmajor": 1, "double_buffer": 0})
+
+
+def _divisor_fallback(wl, facts) -> SimtGemmConfig:
     sms, nbytes = facts["num_sms"], facts["dtype_bytes"]
     ty = largest_factor(wl.M, 16)
     tx = largest_factor(wl.N, 256 // ty)  # small M (gemv-like): the threads go along N
@@ -160,9 +274,51 @@ def fallback_tiles(wl, facts):
     vec = 16 // nbytes
     while vec > 1 and not vec_ok(wl, [-1, ty, yi], [-1, tx, xi], ki, vec):
         vec //= 2
-    return {"tile_y": [-1, ty, yi], "tile_x": [-1, tx, xi], "tile_k": [-1, ki],
-            "auto_unroll_max_step": 512, "unroll_explicit": 1, "vec": vec,
-            "offset": 16 // nbytes, "double_buffer": 1}
+    return SimtGemmConfig(ty, yi, tx, xi, ki, vec=vec, offset=16 // nbytes, auto_unroll=512,
+                          unroll_explicit=1, double_buffer=1)
+
+
+def padded_fallback(wl, facts, space) -> SimtGemmConfig:
+    """The divisor rule's kind of tiles without divisors: register tiles 8x4 / 4x4 down to 1x1,
+    16x16 threads down to one, K depths of 64 bytes down to 4 elements, each with the widest
+    vector loads, 16-byte row padding and double buffering; the first that the space accepts
+    in the order of a rough time estimate (ties: the divisor rule's order of preference):
+
+        padded flops x (shared reads per FMA (yi + xi) / (yi * xi)
+                        + 8 x global reads per FMA of the block (bm + bn) / (bm * bn)
+                        + 2 / ki for the barriers of each K step)
+                     / the share of the SMs the grid fills / (threads / 128, at most 1)
+
+    The weights are guesses that rank square, SM-filling tiles with little padding first; the
+    tuner finds the real best."""
+    nbytes, sms = facts["dtype_bytes"], facts["num_sms"]
+    first = (8, 4) if wl.transpose_b else (4, 4)
+    regs = list(dict.fromkeys((first, (4, 4), (4, 2), (2, 2), (2, 1), (1, 1))))
+    kis = [k for k in dict.fromkeys((64 // nbytes, 32 // nbytes, 16, 8, 4)) if k <= 32]
+    if wl.K < 4:
+        kis.append(wl.K)  # a K shorter than any tile depth is one step (the space's exception)
+    # A tiny M or N is also covered whole by threads (a block of fewer than 32 threads is valid
+    # only where it covers the whole output).
+    tys = list(dict.fromkeys((16, 8, 4, 2, 1) + ((wl.M,) if wl.M <= 32 else ())))
+    txs = list(dict.fromkeys((16, 32, 64, 8, 4, 2, 1) + ((wl.N,) if wl.N <= 64 else ())))
+    ranked = []
+    for yi, xi in regs:
+        for ty in tys:
+            for tx in txs:
+                bm, bn = ty * yi, tx * xi
+                fill = min(1.0, wl.batch * -(-wl.M // bm) * -(-wl.N // bn) / sms)
+                for ki in kis:
+                    flops = padded(wl.M, bm) * padded(wl.N, bn) * padded(wl.K, ki)
+                    per_fma = (yi + xi) / (yi * xi) + 8 * (bm + bn) / (bm * bn) + 2 / ki
+                    cost = flops * per_fma / fill / min(1.0, ty * tx / 128)
+                    ranked.append((cost, len(ranked), (ty, yi, tx, xi, ki)))
+    for _, _, (ty, yi, tx, xi, ki) in sorted(ranked):
+        for vec in [v for v in (8, 4, 2, 1) if v * nbytes <= 16]:
+            config = SimtGemmConfig(ty, yi, tx, xi, ki, vec=vec, offset=16 // nbytes,
+                                    auto_unroll=512, unroll_explicit=1, double_buffer=1)
+            if _valid(space, config.knobs()):
+                return config
+    return SimtGemmConfig.from_knobs(_any_valid(space, wl))
 
 
 def inner_extents(wl, tile_y, tile_x, ki):
@@ -189,16 +345,39 @@ def vec_ok(wl, tile_y, tile_x, ki, vec):
 # partial sums are combined by a cross-thread reduction (warp shuffles; TIR's rfactor +
 # LowerCrossThreadReduction). TOPI's dense_small_batch.cuda had tile_k = [., tx]; ours adds the
 # vector width, ty columns and yi rows per block.
+#
+# Every shape: axes that the tiles do not divide are padded (pad_einsum; the zeros are computed in
+# the register loads, the crop guards the final store). Predicated tiles (a split that does not
+# divide, with idle rows and columns) gave wrong sums on an H100: the predicate reaches the
+# cross-thread reduction's shuffles and barriers, so every thread of a padded tile takes part.
+
+@dataclass(frozen=True)
+class SmallBatchConfig:
+    tx: int  # threads along K per column (the cross-thread reduction)
+    vec: int  # contiguous K elements per thread and step (one vector load)
+    ty: int  # output columns per block (threadIdx.y)
+    yi: int  # output rows per thread
+
+    @staticmethod
+    def from_knobs(cfg) -> "SmallBatchConfig":
+        _, tx, vec = cfg["tile_k"].size
+        return SmallBatchConfig(tx, vec, cfg["tile_x"].size[-1], cfg["tile_y"].size[-1])
+
+    def knobs(self):
+        return {"tile_k": [-1, self.tx, self.vec], "tile_x": [-1, self.ty],
+                "tile_y": [-1, self.yi]}
+
 
 def schedule_small_batch(sch, cfg, wl, facts):
-    _, tx_n, vec = cfg["tile_k"].size
-    _, ty_n = cfg["tile_x"].size
-    _, yi_n = cfg["tile_y"].size
+    config = SmallBatchConfig.from_knobs(cfg)
+    tx_n, vec, ty_n, yi_n = config.tx, config.vec, config.ty, config.yi
     c = sch.get_sblock(MATMUL_BLOCK)
     loops = sch.get_loops(c)
     if len(loops) == 4:  # a batched workload: fold the batch into blockIdx.z
         raise ValueError("dense_small_batch.cuda is for dense (no batch)")
-    i, j, k = loops
+    pad = pad_to_tiles(sch, c, wl, (yi_n, ty_n, tx_n * vec))
+    crop = pad and (wl.M % yi_n != 0 or wl.N % ty_n != 0)  # (else only K is padded)
+    i, j, k = sch.get_loops(c)
     by, yi = sch.split(i, [None, yi_n])
     bx, ty = sch.split(j, [None, ty_n])
     ko, tx, kv = sch.split(k, [None, tx_n, vec])
@@ -217,43 +396,96 @@ def schedule_small_batch(sch, cfg, wl, facts):
         sch.compute_at(loc, r_ko)
         if contiguous_k and vec > 1:
             sch.vectorize(sch.get_loops(loc)[-1])
+        if pad:
+            inline_producer(sch, loc)  # zeros beyond K, computed in the register load
     sch.unroll(r_kv)
     sch.unroll(r_yi)
     sch.reverse_compute_at(c, r_ty)
-    below = sch.get_loops(c)[3:]  # under blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
-    if len(below) == 2:
-        sch.reorder(below[1], below[0])
-    sch.bind(below[0], "threadIdx.x")  # the cross-thread reduction over tx
+    if tx_n > 1:  # (one thread per column, for a K of a few elements, has nothing to combine)
+        below = sch.get_loops(c)[3:]  # under blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
+        if len(below) == 2:
+            sch.reorder(below[1], below[0])
+        sch.bind(below[0], "threadIdx.x")  # the cross-thread reduction over tx
+    if crop:
+        # The padded output tile is the reduction's result in registers; the crop writes the
+        # rows and columns inside M x N after the reduction loop (TIR allows no other block
+        # under it), where TVM folds it into the allreduce's own write: one guarded store.
+        sch.set_scope(c, 0, "local")
+        loops = sch.get_loops(c)
+        sch.reverse_compute_at(sch.get_sblock(CROP_BLOCK), loops[-2] if tx_n > 1 else loops[-1])
     # No auto-unroll pragma here: TIR's allreduce lowering fails once the loop around the
     # cross-thread reduction is unrolled (seen with yi > 1); kv and yi are unrolled explicitly.
     sch.decompose_reduction(rf, r_ko)
 
 
-def fallback_small_batch(wl, facts):
+def fallback_small_batch(wl, facts, space=None):
     """16-byte loads, 64 threads along K (two warps: the reduction needs both warps' shuffles
-    plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread."""
+    plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread.
+
+    Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
+    K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
+    not divide the axes."""
     vec = largest_factor(wl.K, 16 // facts["dtype_bytes"])
     tx = largest_factor(wl.K // vec, 64)
-    return {"tile_k": [-1, tx, vec], "tile_x": [-1, largest_factor(wl.N, 4)],
-            "tile_y": [-1, largest_factor(wl.M, 8)]}
+    config = SmallBatchConfig(tx, vec, largest_factor(wl.N, 4), largest_factor(wl.M, 8))
+    if space is None or _valid(space, config.knobs()):
+        return config.knobs()
+    return padded_small_batch(wl, facts, space).knobs()
+
+
+def padded_small_batch(wl, facts, space) -> SmallBatchConfig:
+    """The divisor rule's preferences (16-byte vectors, 64 threads along K, 4 columns, up to 8
+    rows) without divisors: the first candidate the space accepts in the order of padded flops
+    (the padding of M and N counts; flops within 1/16 of the real ones apart count as equal, so
+    that 1008 of K = 1000 in 16 scalar steps does not beat 1024 in 64 x 4-wide ones), then of
+    that preference. All rows of a small M are one thread's, as the divisor rule has them; a
+    small N may be one block's."""
+    nbytes = facts["dtype_bytes"]
+    tys = list(dict.fromkeys((4, 2, 8, 1, 16, 32) + ((wl.N,) if wl.N <= 32 else ())))
+    yis = list(dict.fromkeys(((wl.M,) if wl.M <= 8 else ()) + (8, 4, 2, 1) +
+                             ((wl.M,) if wl.M <= 16 else ())))
+    real = wl.M * wl.N * wl.K
+    ranked = []
+    for vec in [v for v in (8, 4, 2, 1) if v * nbytes <= 16]:
+        for tx in (64, 32, 128, 16, 256, 8, 4, 2, 1):
+            for ty in tys:
+                for yi in yis:
+                    flops = padded(wl.M, yi) * padded(wl.N, ty) * padded(wl.K, tx * vec)
+                    ranked.append((-(-16 * flops // real), len(ranked),
+                                   SmallBatchConfig(tx, vec, ty, yi)))
+    for _, _, config in sorted(ranked, key=lambda r: r[:2]):
+        if _valid(space, config.knobs()):
+            return config
+    return SmallBatchConfig.from_knobs(_any_valid(space, wl))
+
+
+def _any_valid(space, wl):
+    """A valid config of the space drawn with a fixed seed: the last resort of the fallbacks,
+    for a shape that none of their candidates fits."""
+    import numpy as np  # noqa: PLC0415
+
+    picks = space.random_valid(np.random.default_rng(0), 1, max_draws=200000)
+    if not picks:
+        raise ValueError(f"{space.template}: no valid config found for {wl}")
+    return space.get(picks[0])
 
 
 BATCH_MATMUL_CUDA = ScheduleTemplate(
     name="batch_matmul.cuda", op="batch_matmul", target_kind="cuda",
     compute=plain_compute, schedule=schedule_from_config,
-    fallback=lambda space, wl, facts: fallback_tiles(wl, facts),
+    fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"))
 
 # The same GEMM without the batch.
 DENSE_LARGE_BATCH_CUDA = ScheduleTemplate(
     name="dense_large_batch.cuda", op="dense", target_kind="cuda",
     compute=plain_compute, schedule=schedule_from_config,
-    fallback=lambda space, wl, facts: fallback_tiles(wl, facts),
+    fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"))
 
 DENSE_SMALL_BATCH_CUDA = ScheduleTemplate(
     name="dense_small_batch.cuda", op="dense", target_kind="cuda",
     compute=plain_compute, schedule=schedule_small_batch,
-    fallback=lambda space, wl, facts: fallback_small_batch(wl, facts),
+    fallback=lambda space, wl, facts: fallback_small_batch(wl, facts, space),
     check=lambda wl, facts: None if wl.M <= 64 else f"M={wl.M} > 64 (use dense_large_batch)",
     dtypes=("float32", "float16"), priority=1)
