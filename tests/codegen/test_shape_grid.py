@@ -9,7 +9,6 @@ claims that they leave out; each case with its fallback, and ``SAMPLED_PER_TEMPL
 configs drawn at random dealt over the cases. TVM builds the sources in this process (the tensor
 intrinsics are imported once); nvcc compiles them in two threads, beside it.
 """
-import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
