@@ -129,3 +129,14 @@ def source_static_shared(src):
             r"__shared__\s+(?:alignas\(\d+\)\s+)?([A-Za-z_][\w ]*?)\s+\w+\[(\d+)\]", src):
         total += sizes[dtype.strip()] * int(count)
     return total
+
+
+# The tensor-core templates and the shapes their codegen and GPU tests share.
+TC_TEMPLATES = ["dense_tensorcore.cuda", "dense_mma.cuda", "batch_matmul_tensorcore.cuda",
+             "batch_matmul_mma.cuda"]
+TC_ALIGNED = {"dense": (128, 64, 128), "batch_matmul": (2, 64, 128, 64)}
+TC_UNALIGNED = {"dense": (100, 72, 200), "batch_matmul": (3, 50, 70, 56)}
+
+
+def tc_op(template):
+    return "dense" if template.startswith("dense") else "batch_matmul"

@@ -6,31 +6,21 @@ import shutil
 
 import pytest
 
-from cuda_helpers import (cuda_source, nvcc_cubin, random_valid,
-                          sample_configs)
+from cuda_helpers import (TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED, cuda_source, nvcc_cubin,
+                          random_valid, sample_configs, tc_op)
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.strategy import templates_for
 from tvm_ext.workload import Workload
 
-TEMPLATES = ["dense_tensorcore.cuda", "dense_mma.cuda", "batch_matmul_tensorcore.cuda",
-             "batch_matmul_mma.cuda"]
-ALIGNED = {"dense": (128, 64, 128), "batch_matmul": (2, 64, 128, 64)}
-UNALIGNED = {"dense": (100, 72, 200), "batch_matmul": (3, 50, 70, 56)}
-
-
-def _op(template):
-    return "dense" if template.startswith("dense") else "batch_matmul"
-
-
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("template", TC_TEMPLATES)
 def test_codegen_compiles_with_nvcc(arch, template):
     target = cuda_target(arch)
-    op = _op(template)
-    cases = [("float16", "float32", "NT", ALIGNED), ("int8", "int32", "NN", ALIGNED),
-             ("float16", "float32", "TN", UNALIGNED), ("float16", "float16", "TT", ALIGNED)]
+    op = tc_op(template)
+    cases = [("float16", "float32", "NT", TC_ALIGNED), ("int8", "int32", "NN", TC_ALIGNED),
+             ("float16", "float32", "TN", TC_UNALIGNED), ("float16", "float16", "TT", TC_ALIGNED)]
     for seed, (dtype, out, layout, shapes) in enumerate(cases):
         wl = Workload.create(op, shapes[op], dtype, out, layout=layout)
         task = Task(wl, target, template=template)
@@ -179,7 +169,7 @@ def test_fused_relax_epilogue_with_mma_builds_for_every_stage_c(tmp_path):
     then stages through shared memory (codegen for sm_90; numerics need a GPU)."""
     import tvm_ext
     import tvm_ext.relax as tr
-    from test_relax import bias_relu_model
+    from relax_helpers import bias_relu_model
     from tvm_ext import record
     from tvm_ext.result import MeasureResult
     model = bias_relu_model((4, 64, 64), (4, 64, 64), "float16")
@@ -203,7 +193,7 @@ def test_split_k_record_in_a_relax_model_builds_fused_and_unfused(tmp_path):
     record's tiles apply without the split (codegen for sm_90)."""
     import tvm_ext
     import tvm_ext.relax as tr
-    from test_relax import bias_relu_model
+    from relax_helpers import bias_relu_model
     from tvm_ext import record
     from tvm_ext.result import MeasureResult
     model = bias_relu_model((64, 1024), (1024, 128), "float16")
@@ -227,12 +217,12 @@ def test_split_k_record_in_a_relax_model_builds_fused_and_unfused(tmp_path):
     assert kernels[True] == {"fused_tvm_ext_matmul_add_relu_kernel"}
 
 
-@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("template", TC_TEMPLATES)
 def test_padding_is_computed_inside_the_loads(template):
     """An unaligned shape is padded inside the kernel: the kernel reads A and B themselves (a
     pad block left un-inlined becomes a padded copy the kernel reads past the real buffers)."""
     for dtype in ("float16", "int8"):
-        wl = Workload.create(_op(template), UNALIGNED[_op(template)], dtype)
+        wl = Workload.create(tc_op(template), TC_UNALIGNED[tc_op(template)], dtype)
         task = Task(wl, cuda_target("sm_90"), template=template)
         for cfg in sample_configs(task, 3, 5):
             kernel = r"__global__ void (?:__launch_bounds__\(\d+\) )?\w+\(([^)]*)\)"

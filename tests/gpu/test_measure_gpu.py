@@ -1,27 +1,11 @@
 """Timing on a GPU: CUDA-graph timing agrees with time_evaluator on long kernels and is lower
 on short ones."""
-import json
-import os
 
 import pytest
 
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
 from tvm_ext.measure.check import random_inputs
-
-import faulty_ops  # noqa: E402,F401  (registers faulty.x86)
-
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: faulty_ops
-ROOT = os.path.dirname(HERE)
-
-
-@pytest.fixture()
-def faulty_task(tmp_path):
-    space = tmp_path / "faulty.json"
-    space.write_text(json.dumps(faulty_ops.SPACE))
-    return Task(Workload.create("batch_matmul", (1, 16, 16, 16)), "llvm", template="faulty.x86",
-                space_file=str(space))
-
 
 @pytest.mark.gpu
 def test_graph_timing_matches_evaluator_on_long_kernels_and_lowers_short_ones():

@@ -3,32 +3,22 @@ alignment case and split-K, measured in parallel through the isolated pool measu
 
 import pytest
 
-from cuda_helpers import (pool_failures, random_valid,
-                          sample_configs)
+from cuda_helpers import (TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED, pool_failures, random_valid,
+                          sample_configs, tc_op)
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
 
-TEMPLATES = ["dense_tensorcore.cuda", "dense_mma.cuda", "batch_matmul_tensorcore.cuda",
-             "batch_matmul_mma.cuda"]
-ALIGNED = {"dense": (128, 64, 128), "batch_matmul": (2, 64, 128, 64)}
-UNALIGNED = {"dense": (100, 72, 200), "batch_matmul": (3, 50, 70, 56)}
-
-
-def _op(template):
-    return "dense" if template.startswith("dense") else "batch_matmul"
-
-
 def _gpu_cases(template):
     """(template, workload, random configs besides the fallback): 2 dtypes x 4 layouts x
     {aligned, unaligned}, and f16 -> f16 aligned and unaligned."""
-    op = _op(template)
+    op = tc_op(template)
     cases = []
     for dtype, out in (("float16", "float32"), ("int8", "int32")):
         for layout in ("NN", "NT", "TN", "TT"):
-            cases.append((template, Workload.create(op, ALIGNED[op], dtype, out, layout), 1))
-            cases.append((template, Workload.create(op, UNALIGNED[op], dtype, out, layout), 0))
-    for shapes in (ALIGNED, UNALIGNED):  # f16 out (mma: f32 accumulators, cast at the end)
+            cases.append((template, Workload.create(op, TC_ALIGNED[op], dtype, out, layout), 1))
+            cases.append((template, Workload.create(op, TC_UNALIGNED[op], dtype, out, layout), 0))
+    for shapes in (TC_ALIGNED, TC_UNALIGNED):  # f16 out (mma: f32 accumulators, cast at the end)
         cases.append((template, Workload.create(op, shapes[op], "float16", "float16"), 1))
     return cases
 
@@ -59,7 +49,7 @@ def _split_configs(task, n):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("template", TEMPLATES)
+@pytest.mark.parametrize("template", TC_TEMPLATES)
 def test_numerics_on_gpu_every_dtype_layout_alignment(template):
     """Every case of ``_gpu_cases`` (the fallback, random configs and, for the mma spaces, a
     chunk-8 config) built by pool workers and run in isolated runners, each output compared

@@ -1,0 +1,34 @@
+"""Relax models shared by the unit, codegen and GPU tests."""
+import numpy as np
+import tvm
+from tvm import relax
+
+import tvm_ext
+import tvm_ext.relax as tr
+
+
+def bias_relu_model(x_shape=(4, 64, 32), w_shape=(4, 32, 48), dtype="float32"):
+    """relu(x @ w + bias) as a Relax module."""
+    from tvm.script import relax as R
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor(x_shape, dtype))
+    w = relax.Var("w", R.Tensor(w_shape, dtype))
+    bias = relax.Var("bias", R.Tensor((w_shape[-1],), dtype))
+    with bb.function("main", [x, w, bias]):
+        with bb.dataflow():
+            y = bb.emit(R.matmul(x, w))
+            out = bb.emit_output(R.nn.relu(R.add(y, bias)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def check_fused(target, dev):
+    mod = bias_relu_model()
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(s).astype("float32") for s in ((4, 64, 32), (4, 32, 48), (48,))]
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = tr.build(mod, target, fuse_epilogue=True)
+    assert len(ctx.report.choices) == 1
+    vm = relax.VirtualMachine(ex, dev)
+    got = vm["main"](*[tvm.runtime.tensor(x, dev) for x in xs]).numpy()
+    np.testing.assert_allclose(got, np.maximum(xs[0] @ xs[1] + xs[2], 0), rtol=1e-4, atol=1e-4)
