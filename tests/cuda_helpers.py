@@ -140,3 +140,16 @@ TC_UNALIGNED = {"dense": (100, 72, 200), "batch_matmul": (3, 50, 70, 56)}
 
 def tc_op(template):
     return "dense" if template.startswith("dense") else "batch_matmul"
+
+SPLIT_K_SHAPE = (64, 128, 4096)
+SPLIT_K_CASES = (("float16", "float16", "NT"), ("int8", "int32", "NN"),
+                 ("float16", "float32", "TN"))
+
+
+def split_configs(task, n):
+    """The fallback with split_k 2, 4 and 8 where the space allows it, then ``n`` random valid
+    split configs."""
+    fb = task.fallback_config().values_dict()
+    picks = [task.space.config_from_values({**fb, "split_k": s}) for s in (2, 4, 8)]
+    picks = [c for c in picks if task.space.is_valid(c)]
+    return picks + random_valid(task, n, 5, keep=lambda c: c["split_k"].val > 1)

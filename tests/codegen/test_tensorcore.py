@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from cuda_helpers import (TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED, cuda_source, nvcc_cubin,
-                          random_valid, sample_configs, tc_op)
+from cuda_helpers import (SPLIT_K_CASES, SPLIT_K_SHAPE, TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED,
+                          cuda_source, nvcc_cubin, sample_configs, split_configs, tc_op)
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.strategy import templates_for
@@ -93,20 +93,6 @@ def test_padding_stays_within_twice_the_flops():
             assert padded <= 2 * 100 * 72 * 200
 
 
-SPLIT_K_SHAPE = (64, 128, 4096)
-SPLIT_K_CASES = (("float16", "float16", "NT"), ("int8", "int32", "NN"),
-                 ("float16", "float32", "TN"))
-
-
-def _split_configs(task, n):
-    """The fallback with split_k 2, 4 and 8 where the space allows it, then ``n`` random valid
-    split configs."""
-    fb = task.fallback_config().values_dict()
-    picks = [task.space.config_from_values({**fb, "split_k": s}) for s in (2, 4, 8)]
-    picks = [c for c in picks if task.space.is_valid(c)]
-    return picks + random_valid(task, n, 5, keep=lambda c: c["split_k"].val > 1)
-
-
 def test_split_k_builds_two_kernels_and_only_on_small_grids():
     """split_k > 1: the partial products of each K slice (one more grid dimension) go to a
     global buffer in the accumulator dtype, and a second kernel adds the slices and casts;
@@ -117,7 +103,7 @@ def test_split_k_builds_two_kernels_and_only_on_small_grids():
         wl = Workload.create("dense", SPLIT_K_SHAPE, dtype, out, layout=layout)
         task = Task(wl, target, template="dense_mma.cuda")
         assert task.fallback_config()["split_k"].val == 1
-        cfg = _split_configs(task, 0)[0]
+        cfg = split_configs(task, 0)[0]
         src = cuda_source(task, cfg)
         assert "main_kernel_1" in src and "mma.sync" in src, cfg
         assert len(nvcc_cubin(src, target, "sm_90")) > 1000

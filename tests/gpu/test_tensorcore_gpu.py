@@ -3,8 +3,8 @@ alignment case and split-K, measured in parallel through the isolated pool measu
 
 import pytest
 
-from cuda_helpers import (TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED, pool_failures, random_valid,
-                          sample_configs, tc_op)
+from cuda_helpers import (SPLIT_K_CASES, SPLIT_K_SHAPE, TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED,
+                          pool_failures, sample_configs, split_configs, tc_op)
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
@@ -34,20 +34,6 @@ def _with_chunk_8(task, configs):
     return configs + [c8] if task.space.is_valid(c8) else configs
 
 
-SPLIT_K_SHAPE = (64, 128, 4096)
-SPLIT_K_CASES = (("float16", "float16", "NT"), ("int8", "int32", "NN"),
-                 ("float16", "float32", "TN"))
-
-
-def _split_configs(task, n):
-    """The fallback with split_k 2, 4 and 8 where the space allows it, then ``n`` random valid
-    split configs."""
-    fb = task.fallback_config().values_dict()
-    picks = [task.space.config_from_values({**fb, "split_k": s}) for s in (2, 4, 8)]
-    picks = [c for c in picks if task.space.is_valid(c)]
-    return picks + random_valid(task, n, 5, keep=lambda c: c["split_k"].val > 1)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("template", TC_TEMPLATES)
 def test_numerics_on_gpu_every_dtype_layout_alignment(template):
@@ -74,6 +60,6 @@ def test_split_k_numerics_on_gpu():
     target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
     tasks = [Task(Workload.create("dense", SPLIT_K_SHAPE, dtype, out, layout=layout), target,
                   template="dense_mma.cuda") for dtype, out, layout in SPLIT_K_CASES]
-    n, failures = pool_failures([(task, _split_configs(task, 3)) for task in tasks])
+    n, failures = pool_failures([(task, split_configs(task, 3)) for task in tasks])
     assert n >= 12
     assert not failures, "\n".join(failures)
