@@ -105,6 +105,16 @@ def prepare(task, *, tuner: Union[str, Tuner] = "xgb", seed: int = 0, log=None,
     return prepared
 
 
+def check_loop_options(*, n_trial, batch_size, early_stopping, names=None) -> None:
+    """TvmExtError (one line) for a loop option below 1; ``names`` maps an option to how the
+    caller spells it (the CLI's flags)."""
+    for name, value in (("n_trial", n_trial), ("batch_size", batch_size),
+                        ("early_stopping", early_stopping)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise TvmExtError(f"{(names or {}).get(name, name)} must be >= 1, "
+                              f"got {value!r}")
+
+
 def tune_loop(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8,
               early_stopping: Optional[int] = None, stop_at_cost: Optional[float] = None,
               callbacks: Sequence[Callable] = ()) -> TuneSummary:
@@ -112,10 +122,7 @@ def tune_loop(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8
     ``early_stopping`` trials pass without a better config, or (``stop_at_cost``, seconds) a
     config at least that fast is found. Each callback is called as ``cb(task, configs, results)``
     after every batch (log writer, progress line)."""
-    for name, value, least in (("n_trial", n_trial, 1), ("batch_size", batch_size, 1),
-                               ("early_stopping", early_stopping, 1)):
-        if value is not None and (not isinstance(value, int) or value < least):
-            raise TvmExtError(f"{name} must be an integer >= {least}, got {value!r}")
+    check_loop_options(n_trial=n_trial, batch_size=batch_size, early_stopping=early_stopping)
     summary = TuneSummary()
     start = time.time()
     last_improvement = 0

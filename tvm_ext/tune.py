@@ -157,6 +157,8 @@ def _print_best(path: str, target) -> int:
     print(f"{path}: {len(records)} records, what build applies per workload:")
     for ln in lines:
         print("  " + ln)
+    if set_aside:  # records no template of ours reads (another operator, an impossible time)
+        print("  set aside when read: " + record.set_aside_line(set_aside))
     return 0
 
 
@@ -235,10 +237,11 @@ def run(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(_join_values(list(sys.argv[1:] if argv is None
                                                        else argv)))
     # Options of the tuning loop (the measurement options check themselves, below).
-    for flag, value in (("--trials", args.trials), ("--batch-size", args.batch_size),
-                        ("--early-stopping", args.early_stopping)):
-        if value is not None and value < 1:
-            raise TvmExtError(f"{flag} must be >= 1, got {value}")
+    from .session import check_loop_options  # noqa: PLC0415
+    check_loop_options(n_trial=args.trials, batch_size=args.batch_size,
+                       early_stopping=args.early_stopping,
+                       names={"n_trial": "--trials", "batch_size": "--batch-size",
+                              "early_stopping": "--early-stopping"})
     from . import record  # noqa: PLC0415
     from .target import parse_target  # noqa: PLC0415
 

@@ -15,6 +15,16 @@ CASES = [("batch_matmul.cuda", "batch_matmul", (2, 64, 128, 32)),
          ("dense_small_batch.cuda", "dense", (4, 96, 64))]
 
 
+def _check_kernels(task, configs, a, b):
+    """Each config built and run on the GPU matches float64 numpy."""
+    from tvm_ext.dispatch import Choice, Kernel
+    wl = task.workload
+    ref = reference_matmul(wl, a, b)
+    for cfg in configs:
+        kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
+        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))
+
+
 def _interleaved_variants(task, n, seed):
     """Up to n valid configs: sampled ones with interleaved thread tiles (both axes, else one),
     so that every case interleaves whatever the sample drew for those knobs."""
@@ -40,18 +50,14 @@ def _interleaved_variants(task, n, seed):
 def test_numerics_on_gpu(template, op, shape, interleave, dtype, layout):
     """Sampled configs of every template, and interleaved ones of the two tiled templates."""
     import tvm
-    from tvm_ext.dispatch import Choice, Kernel
     wl = Workload.create(op, shape, dtype, layout=layout)
     task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")),
                 template=template)
     rng = np.random.default_rng(zlib.crc32(f"{template}{dtype}{layout}{interleave}".encode()))
     a, b = random_inputs(task.workload, rng)
-    ref = reference_matmul(wl, a, b)
     configs = _interleaved_variants(task, 3, 2) if interleave else sample_configs(task, 2, 1)
     assert configs
-    for cfg in configs:
-        kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
-        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))
+    _check_kernels(task, configs, a, b)
 
 
 ODD = [("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 33)),
@@ -69,13 +75,9 @@ def test_numerics_of_shapes_without_convenient_factors_on_gpu(template, op, shap
     """Primes and K without a factor in {4, 8, 16, 32}: padded or predicated tiles, the right
     answer (the fallback and sampled configs)."""
     import tvm
-    from tvm_ext.dispatch import Choice, Kernel
     wl = Workload.create(op, shape, dtype, layout=layout)
     task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")),
                 template=template)
     rng = np.random.default_rng(zlib.crc32(f"{template}{shape}{dtype}{layout}".encode()))
     a, b = random_inputs(task.workload, rng)
-    ref = reference_matmul(wl, a, b)
-    for cfg in sample_configs(task, 3, 4):
-        kernel = Kernel(task, Choice(wl, task.name, cfg, False), task.build(cfg))
-        np.testing.assert_allclose(kernel.run(a, b), ref, *tolerance(wl), err_msg=str(cfg))
+    _check_kernels(task, sample_configs(task, 3, 4), a, b)
