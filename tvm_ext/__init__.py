@@ -10,7 +10,7 @@ Heavy parts (TVM itself, tuners, measurement) are imported on first use.
 """
 from .errors import LogError, SpaceError, TemplateError, TvmExtError, WorkloadError
 from .space import ConfigEntity, ConfigSpace
-from .workload import Workload
+from .workload import Family, Workload
 
 __version__ = "0.1.0"
 
@@ -30,6 +30,8 @@ _LAZY = {
     "MeasureOptions": ("measure", "MeasureOptions"),
     "parse_target": ("target", "parse_target"),
     "templates_for": ("strategy", "templates_for"),
+    "build_family": ("family", "build_family"),
+    "tune_family": ("family", "tune_family"),
 }
 
 
@@ -41,5 +43,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'tvm_ext' has no attribute '{name}'")
 
 
-__all__ = ["ConfigEntity", "ConfigSpace", "LogError", "SpaceError", "TemplateError",
+__all__ = ["ConfigEntity", "ConfigSpace", "Family", "LogError", "SpaceError", "TemplateError",
            "TvmExtError", "Workload", "WorkloadError", "__version__", *_LAZY]

@@ -70,6 +70,9 @@ class ApplyReport:
     # Records set aside when the logs were read, never applied, counted per reason: templates
     # this version does not have (conv2d in a TopHub log, dense_nopack.x86), impossible costs.
     set_aside: Counter = field(default_factory=Counter)
+    # Shape families built into dispatching kernels (``tvm_ext.family``): one description each
+    # (the family, its buckets and kernels, its generic kernel).
+    families: List[str] = field(default_factory=list)
 
     @property
     def tuned(self) -> List[Choice]:
@@ -83,13 +86,16 @@ class ApplyReport:
         skipped = (f"; {len(self.skipped)} records skipped (their configs break this target's "
                    "space)") if self.skipped else ""
         aside = f"; {rec.set_aside_line(self.set_aside)}" if self.set_aside else ""
+        fams = f"; {len(self.families)} shape families" if self.families else ""
         return (f"tvm_ext: {len(self.tuned)} of {len(self.choices)} kernels used a tuned config, "
-                f"{len(self.fallback)} fell back{skipped}{aside}")
+                f"{len(self.fallback)} fell back{fams}{skipped}{aside}")
 
     def __str__(self):
         lines = [self.summary()]
         for c in self.choices:
             lines.append(f"  {c.workload}: {c.template} {c.how}")
+        for desc in self.families:
+            lines += ["  " + line for line in desc.splitlines()]
         lines += [f"  skipped: {line}" for line in self.skipped]
         lines += [f"  set aside: {n} records: {why}" for why, n in sorted(self.set_aside.items())]
         return "\n".join(lines)
@@ -100,6 +106,7 @@ class ApplyHistoryBest:
 
     def __init__(self, logs: Union[str, os.PathLike, Sequence, None] = None):
         self.records: List[rec.Record] = []
+        self.paths: List[str] = []  # the logs read (shape families read their libraries)
         self.report = ApplyReport()
         if logs is None:
             logs = []
@@ -109,6 +116,7 @@ class ApplyHistoryBest:
             if isinstance(item, rec.Record):
                 self.records.append(item)
             else:
+                self.paths.append(os.fspath(item))
                 records, set_aside = rec.load_log(item)
                 self.records.extend(records)
                 self.report.set_aside.update(set_aside)
@@ -131,7 +139,7 @@ class ApplyHistoryBest:
 
     def __exit__(self, *exc):
         _CURRENT.reset(self._token)
-        if self.report.choices or self.report.set_aside:
+        if self.report.choices or self.report.set_aside or self.report.families:
             logger.info(self.report.summary())
 
 

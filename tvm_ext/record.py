@@ -178,6 +178,8 @@ def load_log(path: Union[str, os.PathLike]) -> Tuple[List[Record], Counter]:
     for i, line in enumerate(lines, start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
+        if line.lstrip().startswith(FAMILY_PREFIX) and not first:
+            continue  # a shape family's library (tvm_ext.family reads it)
         try:
             rec = decode(line)
         except SetAside as err:
@@ -197,6 +199,11 @@ def load_log(path: Union[str, os.PathLike]) -> Tuple[List[Record], Counter]:
         rec.line_no = i
         records.append(rec)
     return records, set_aside
+
+
+# A log line that describes a shape family's library (``tvm_ext.family``), after the records
+# of its representative shapes: not a record, skipped by ``load_log``.
+FAMILY_PREFIX = '{"family_library"'
 
 
 def _looks_like_record(line: str) -> bool:

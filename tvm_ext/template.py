@@ -42,6 +42,10 @@ class Template:
     # puts on sys.path before importing the module that defines (and registers) it.
     source_paths: Tuple[str, ...] = ()
 
+    # Whether its schedule takes symbolic extents (padding them up to its tiles inside the
+    # kernel): the kernels of a shape family (``tvm_ext.family``).
+    symbolic: bool = False
+
     # Whether ``schedule`` works on a TensorIR matmul (a fused Relax function, MetaSchedule).
     schedulable = False
 

@@ -5,6 +5,7 @@
     python -m tvm_ext.tune --op batch_matmul --resume          # continue: no config twice
     python -m tvm_ext.tune --op batch_matmul --list-space      # knobs and space size
     python -m tvm_ext.tune --best dense.json                   # best config per workload
+    python -m tvm_ext.tune --shape 1..8x64..2048:64x512x64 --export fam.so   # a shape family
 
 Bad input gives one line ``tvm_ext.tune: error: ...`` and exit code 2; a log is only appended to.
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import List, Optional
 
 from .errors import TvmExtError
-from .workload import DEFAULT_SHAPES, LAYOUTS, OPS, Workload, parse_shape
+from .workload import (DEFAULT_SHAPES, LAYOUTS, OPS, Family, Workload, is_family_text,
+                       parse_shape)
 
 PROG = "tvm_ext.tune"
 logger = logging.getLogger("tvm_ext")
@@ -84,6 +86,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="show the task, the fallback and the first proposals; measure nothing")
     p.add_argument("--best", metavar="LOG", help="print the best config per workload of LOG")
+    p.add_argument("--max-kernels", type=int, default=8,
+                   help="shape family (--shape with sets, ranges or ?): the most bucket kernels "
+                        "its library may hold (default 8); --trials is then per representative "
+                        "shape")
+    p.add_argument("--shape-trace", metavar="FILE",
+                   help="shape family: how often each shape occurs (lines 'BxMxNxK [count]'); "
+                        "default: every shape of the family equally often")
+    p.add_argument("--size", action="append", default=[], metavar="VAR=VALUES",
+                   help="--model: the values a symbolic size of the model takes (n=1..2048:16);"
+                        " its matmuls are tuned as shape families over them (repeatable)")
+    p.add_argument("--export", metavar="LIB.so",
+                   help="shape family: write its library (bucket kernels, generic kernel, "
+                        "dispatcher) to one file; from the log's library when it has one, "
+                        "else after tuning")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     return p
 
@@ -213,23 +229,127 @@ def _tune_model(args) -> int:
     from . import record  # noqa: PLC0415
     from .relax import extract_tasks, load_model, tune_model  # noqa: PLC0415
     from .target import describe  # noqa: PLC0415
+    from .relax import extract_families, tune_model_families  # noqa: PLC0415
+    from .workload import Dim  # noqa: PLC0415
+    sizes = {}
+    for item in args.size:
+        name, eq, values = item.partition("=")
+        if not eq or not name.strip():
+            raise TvmExtError(f"--size expects VAR=VALUES (e.g. n=1..2048:16), got '{item}'")
+        Dim.parse(values, name.strip())  # a malformed range: one line before anything runs
+        sizes[name.strip()] = values.strip()
     mod = load_model(args.model)
     tasks = extract_tasks(mod, args.target_obj)
-    print(f"model {args.model}: {len(tasks)} tunable matmul workloads on "
+    families = extract_families(mod, args.target_obj)
+    print(f"model {args.model}: {len(tasks)} tunable matmul workloads"
+          f"{f' and {len(families)} shape families' if families else ''} on "
           f"{describe(args.target_obj)}")
     for wl, n in tasks:
         print(f"  {wl}  x{n}")
-    if args.list_space or args.dry_run or not tasks:
+    for fam, names, n in families:
+        named = ", ".join(f"{a} = {v}" for a, v in names.items())
+        todo = "tuned over " + ", ".join(f"{v}={sizes[v]}" for v in names.values()) \
+            if all(v in sizes for v in names.values()) else "generic kernel (no --size)"
+        print(f"  {fam} ({named})  x{n}: {todo}")
+    unknown = set(sizes) - {v for _, names, _ in families for v in names.values()}
+    if unknown:
+        raise TvmExtError(f"--size names {', '.join(sorted(unknown))}, which no symbolic matmul "
+                          "of the model has")
+    if args.list_space or args.dry_run or not (tasks or sizes):
         return 0
     _check_device(args, [wl for wl, _ in tasks])
     log = Path(args.log) if args.log else default_log("model", args.target_obj)
     if log.exists():
         record.check_target(record.load(log), args.target_obj, log)
     print(f"log: {log}; {args.trials} trials split by call count x flops")
-    results = tune_model(mod, args.target_obj, trials=args.trials, log=log, tuner=args.tuner,
-                         seed=args.seed, measure_options=args.measure_options)
-    for wl, n, budget, s in results:
-        print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s")
+    if tasks:
+        results = tune_model(mod, args.target_obj, trials=args.trials, log=log,
+                             tuner=args.tuner, seed=args.seed,
+                             measure_options=args.measure_options)
+        for wl, n, budget, s in results:
+            print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s")
+    if sizes:
+        per_rep = max(4, args.trials // max(1, args.max_kernels * len(families)))
+        print(f"shape families: {per_rep} trials per representative, at most "
+              f"{args.max_kernels} kernels each")
+        for fam, n, _, report in tune_model_families(
+                mod, args.target_obj, sizes=sizes, trials=per_rep, log=log,
+                max_kernels=args.max_kernels, tuner=args.tuner, seed=args.seed,
+                measure_options=args.measure_options, progress=None if args.quiet else print):
+            print(f"  {fam}  x{n}: " + "; ".join(report.lines()))
+    return 0
+
+
+def _read_trace(path) -> list:
+    """(shape, count) lines of a shape trace: 'BxMxNxK [count]' (MxNxK for dense)."""
+    out = []
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise TvmExtError(f"cannot read --shape-trace {path}: {err.strerror or err}") from None
+    for i, line in enumerate(text.splitlines(), start=1):
+        parts = line.split("#")[0].split()
+        if not parts:
+            continue
+        try:
+            dims = tuple(int(v) for v in parts[0].lower().split("x"))
+            count = float(parts[1]) if len(parts) > 1 else 1.0
+        except ValueError:
+            raise TvmExtError(f"{path}:{i}: expected 'BxMxNxK [count]', got '{line.strip()}'")\
+                from None
+        out.append((dims, count))
+    if not out:
+        raise TvmExtError(f"--shape-trace {path} holds no shape")
+    return out
+
+
+def _tune_family(args) -> int:
+    from . import family as fam_mod  # noqa: PLC0415
+    from .target import describe  # noqa: PLC0415
+    if args.op not in OPS:
+        raise TvmExtError(f"unknown op '{args.op}' (known: {', '.join(OPS)})")
+    fam = Family.parse(args.shape, args.op, args.dtype, args.out_dtype, args.layout)
+    if args.shape_trace:
+        fam = fam.with_trace(_read_trace(args.shape_trace))
+    if args.max_kernels < 1:
+        raise TvmExtError(f"--max-kernels must be at least 1, got {args.max_kernels}")
+    template = fam_mod.family_template(fam, args.target_obj, args.template)
+    log = Path(args.log) if args.log else default_log(f"{fam.op}_family", args.target_obj)
+    n = len(fam.shapes()) if fam.enumerable else None
+    print(f"{fam} on {describe(args.target_obj)}: "
+          f"{f'{n} shapes' if n is not None else 'shapes of any size'}; template {template.name}")
+    if args.export and log.exists() and \
+            fam_mod.library_for([log], fam, args.target_obj) is not None:
+        lib = fam_mod.build_family(fam, args.target_obj, log)
+        print("\n".join(lib.describe()))
+        lib.export_library(args.export)
+        print(f"library from {log} written to {args.export}")
+        return 0
+    buckets = fam_mod.make_buckets(fam) if fam.enumerable else []
+    reps = fam_mod.spread(sorted({b.rep for b in buckets},
+                                 key=lambda sh: fam.workload(sh).flop), args.max_kernels)
+    if args.list_space or args.dry_run:
+        print(f"{len(buckets)} buckets (powers of two on {', '.join(fam.varying) or 'no axis'}):")
+        for b in buckets:
+            print(f"  {b.describe():<34} {len(b.shapes):>5} shapes, representative "
+                  f"{'x'.join(map(str, b.rep))}")
+        print(f"would tune {len(reps)} representatives ({args.trials} trials each) into {log}")
+        return 0
+    if not fam.enumerable:
+        raise TvmExtError(f"{fam}: an axis of any size (?) needs --shape-trace to be tuned")
+    _check_device(args, [fam.workload(max(fam.shapes(), key=lambda sh: fam.workload(sh).flop))])
+    print(f"log: {log}")
+    library, report = fam_mod.tune_family(
+        fam, args.target_obj, log, trials=args.trials, max_kernels=args.max_kernels,
+        tuner=args.tuner, template=template.name, measure_options=args.measure_options,
+        seed=args.seed, progress=None if args.quiet else print)
+    for line in report.lines():
+        print(line)
+    lib = fam_mod.compile_library(library, args.target_obj)
+    print("\n".join(lib.describe()))
+    if args.export:
+        lib.export_library(args.export)
+        print(f"library written to {args.export}")
     return 0
 
 
@@ -253,6 +373,12 @@ def run(argv: Optional[List[str]] = None) -> int:
     args.measure_options = _measure_options(args)
     if args.model:
         return _tune_model(args)
+    if args.shape is not None and is_family_text(args.shape):
+        return _tune_family(args)
+    for flag in ("export", "shape_trace"):
+        if getattr(args, flag):
+            raise TvmExtError(f"--{flag.replace('_', '-')} is for a shape family (a --shape with "
+                              "sets, ranges or ?), not for one shape")
     wl = _workload(args)
     names = _templates(args, wl)
     if len(names) > 1:

@@ -227,3 +227,182 @@ def parse_shape(text: str, op: str) -> Tuple[int, ...]:
     if any(d < 1 for d in dims):
         raise WorkloadError(f"malformed shape '{text}': sizes must be >= 1")
     return dims
+
+
+# ---- shape families: a workload whose dims are fixed, a set, a range, or anything ----
+
+AXES = ("B", "M", "N", "K")
+# A range axis is enumerated (its shapes checked, weighted, bucketed) up to this many values.
+MAX_AXIS_VALUES = 65536
+_ITEM_RE = re.compile(r"^(\d+)(?:\.\.(\d+)(?::(\d+))?)?$")
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One axis of a family: ``values`` (sorted, distinct) or None for "any" (``?``)."""
+
+    text: str
+    values: Optional[Tuple[int, ...]]
+
+    @property
+    def fixed(self) -> bool:
+        return self.values is not None and len(self.values) == 1
+
+    @property
+    def varies(self) -> bool:
+        return not self.fixed
+
+    def __contains__(self, v: int) -> bool:
+        return self.values is None or v in self._set
+
+    @property
+    def _set(self):
+        return frozenset(self.values or ())
+
+    @staticmethod
+    def parse(text: str, axis: str) -> "Dim":
+        """'64', '8,16,24', '1..24', '512..16384:512', '1..8,16', '?' -> Dim."""
+        t = text.strip()
+        if t == "?":
+            return Dim("?", None)
+        values = set()
+        for item in t.split(","):
+            m = _ITEM_RE.match(item.strip())
+            if not m:
+                raise WorkloadError(f"malformed size '{item}' for axis {axis}: expected N, "
+                                    "N,N,..., LO..HI, LO..HI:STEP or ?")
+            lo = int(m.group(1))
+            hi = int(m.group(2)) if m.group(2) else lo
+            step = int(m.group(3)) if m.group(3) else 1
+            if lo < 1 or hi < lo or step < 1:
+                raise WorkloadError(f"malformed size '{item}' for axis {axis}: sizes are >= 1, "
+                                    "LO <= HI and STEP >= 1")
+            if (hi - lo) // step + 1 + len(values) > MAX_AXIS_VALUES:
+                raise WorkloadError(f"axis {axis} '{t}' has more than {MAX_AXIS_VALUES} values:"
+                                    " give a step (LO..HI:STEP) or a shape trace")
+            values.update(range(lo, hi + 1, step))
+        return Dim(t, tuple(sorted(values)))
+
+
+@dataclass(frozen=True)
+class Family:
+    """A range of shapes of one op, dtype and layout, tuned once into one library. ``weights``
+    maps shapes (B, M, N, K) to how often they occur (a shape trace); without it every shape
+    of the family is equally likely."""
+
+    op: str
+    dims: Tuple[Dim, Dim, Dim, Dim]  # B, M, N, K
+    dtype: str = "float32"
+    out_dtype: str = "float32"
+    layout: str = "NT"
+    weights: Optional[Tuple[Tuple[Tuple[int, int, int, int], float], ...]] = None
+
+    def __post_init__(self):
+        # The family's checks are the workload's: made on its smallest shape.
+        Workload(self.op, *(d.values[0] if d.values else 1 for d in self.dims),
+                 dtype=self.dtype, out_dtype=self.out_dtype, layout=self.layout)
+        if self.op == "dense" and self.dims[0].values != (1,):
+            raise WorkloadError("dense has no batch dimension (a dense family varies M, N, K)")
+
+    @staticmethod
+    def parse(text: str, op: str, dtype: str = "float32", out_dtype: Optional[str] = None,
+              layout: str = "NT") -> "Family":
+        """'1..24x512..16384:512x512x64' (B x M x N x K; dense: M x N x K)."""
+        parts = text.strip().lower().split("x")
+        n = 4 if op == "batch_matmul" else 3
+        if len(parts) != n:
+            want = "BxMxNxK" if op == "batch_matmul" else "MxNxK"
+            raise WorkloadError(f"malformed shape family '{text}': {op} needs {n} sizes "
+                                f"({want}), each N, N,N,..., LO..HI[:STEP] or ?")
+        axes = AXES if n == 4 else AXES[1:]
+        dims = tuple(Dim.parse(p, a) for p, a in zip(parts, axes))
+        if n == 3:
+            dims = (Dim("1", (1,)),) + dims
+        return Family(op, dims, dtype, out_dtype or default_out_dtype(dtype), layout)
+
+    @staticmethod
+    def of(workload: Workload) -> "Family":
+        """The family of one shape."""
+        dims = tuple(Dim(str(v), (v,)) for v in (workload.batch, workload.M, workload.N,
+                                                  workload.K))
+        return Family(workload.op, dims, workload.dtype, workload.out_dtype, workload.layout)
+
+    def with_trace(self, shapes: Sequence[Tuple[Sequence[int], float]]) -> "Family":
+        """The family weighted by a trace of (shape, count); every shape must belong to it."""
+        weights = {}
+        for shape, count in shapes:
+            s = tuple(int(v) for v in (shape if len(shape) == 4 else (1, *shape)))
+            if not self.contains(s):
+                raise WorkloadError(f"trace shape {'x'.join(map(str, s))} is not in the "
+                                    f"family {self.text}")
+            if not count > 0:
+                raise WorkloadError(f"trace count {count!r} of shape "
+                                    f"{'x'.join(map(str, s))} is not positive")
+            weights[s] = weights.get(s, 0.0) + float(count)
+        return replace(self, weights=tuple(sorted(weights.items())))
+
+    # ---- what it holds ----
+    @property
+    def text(self) -> str:
+        dims = self.dims if self.op == "batch_matmul" else self.dims[1:]
+        return "x".join(d.text for d in dims)
+
+    @property
+    def varying(self) -> Tuple[str, ...]:
+        """The axes whose size is not fixed (symbolic in the family's kernels)."""
+        return tuple(a for a, d in zip(AXES, self.dims) if d.varies)
+
+    def fixed(self, axis: str) -> Optional[int]:
+        d = self.dims[AXES.index(axis)]
+        return d.values[0] if d.fixed else None
+
+    def contains(self, shape: Sequence[int]) -> bool:
+        return all(v in d for v, d in zip(shape, self.dims))
+
+    @property
+    def enumerable(self) -> bool:
+        return self.weights is not None or all(d.values is not None for d in self.dims)
+
+    def shapes(self) -> List[Tuple[int, int, int, int]]:
+        """Every shape of the family (those of the trace, when it has one)."""
+        if self.weights is not None:
+            return [s for s, _ in self.weights]
+        if not self.enumerable:
+            raise WorkloadError(f"family {self.text} has an axis of any size (?): its shapes "
+                                "come from a shape trace")
+        out = [()]
+        for d in self.dims:
+            out = [s + (v,) for s in out for v in d.values]
+        return out
+
+    def probabilities(self) -> List[Tuple[Tuple[int, int, int, int], float]]:
+        """(shape, probability of a call having it)."""
+        if self.weights is not None:
+            total = sum(w for _, w in self.weights)
+            return [(s, w / total) for s, w in self.weights]
+        shapes = self.shapes()
+        return [(s, 1.0 / len(shapes)) for s in shapes]
+
+    def workload(self, shape: Sequence[int]) -> Workload:
+        return Workload(self.op, *shape, dtype=self.dtype, out_dtype=self.out_dtype,
+                        layout=self.layout)
+
+    def key(self) -> tuple:
+        return ("family", self.op, self.text, self.dtype, self.out_dtype, self.layout)
+
+    def signature(self) -> tuple:
+        """What a family's kernels are compiled for: op, dtypes, layout and the fixed sizes
+        (None for a varying axis). Families with one signature share kernels."""
+        return (self.op, self.dtype, self.out_dtype, self.layout,
+                tuple(d.values[0] if d.fixed else None for d in self.dims))
+
+    def __str__(self):
+        out = "" if self.out_dtype == default_out_dtype(self.dtype) else f"->{self.out_dtype}"
+        return f"{self.op} family {self.text} {self.dtype}{out} {self.layout}"
+
+
+def is_family_text(text: str) -> bool:
+    """Whether a --shape is a family (a set, a range or ``?`` on some axis), not one shape.
+    '4,256,256,256' (commas between the sizes, no x) stays one shape."""
+    t = text.strip().lower()
+    return "x" in t and any(c in t for c in ",.?")

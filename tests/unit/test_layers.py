@@ -29,6 +29,7 @@ LAYERS = [
     ["tuner", "measure"],
     ["session"],         # THE tuning driver
     ["dispatch"],        # apply logs at build time
+    ["family"],          # shape families: buckets, symbolic kernels, one library
     ["relax"],
     ["metaschedule"],
     ["tune", "bench"],   # entry points: nothing imports them

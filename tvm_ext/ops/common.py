@@ -84,3 +84,48 @@ def fallback_raster(wl, facts, tm, tn):
     return 1
 
 
+
+
+# ---- padding an iteration domain up to the tiles (unaligned shapes, symbolic extents) ----
+
+def pad_to_tiles(sch, block, tiles):
+    """Pad the matmul block's (M, N, K) loops up to multiples of ``tiles`` (pad_einsum; the
+    batch loops are left alone) where an extent is not a constant multiple of its tile: an
+    unaligned shape, or a symbolic extent (the kernels of a shape family). An aligned static
+    shape is left as it is, so its kernel does not change. Returns whether it padded."""
+    from tvm import tirx  # noqa: PLC0415
+
+    loops = sch.get_loops(block)
+    extents = [sch.get(loop).extent for loop in loops[-3:]]
+    if all(isinstance(e, tirx.IntImm) and e.value % t == 0 for e, t in zip(extents, tiles)):
+        return False
+    sch.pad_einsum(block, [1] * (len(loops) - 3) + list(tiles))
+    return True
+
+
+def inline_producer(sch, block):
+    """Inline the pad blocks that feed ``block`` (zeros outside the tensor, computed in it)."""
+    for p in sch.get_producers(block):
+        if sch.get(p).name_hint.endswith("_pad"):
+            sch.compute_inline(p)
+
+
+def inline_consumer(sch, block):
+    """Inline what follows the write-back into it: the crop of the padded output (CROP_BLOCK,
+    made by pad_einsum), then the cast to the output dtype ("C_cast"). Other consumers (the
+    epilogue of a fused Relax function) are left to the caller."""
+    while True:
+        ours = [c for c in sch.get_consumers(block)
+                if sch.get(c).name_hint in (CROP_BLOCK, CAST_BLOCK)]
+        if not ours:
+            return
+        for c in ours:
+            sch.reverse_compute_inline(c)
+
+
+def has_block(sch, name):
+    try:
+        sch.get_sblock(name)
+        return True
+    except Exception:  # noqa: BLE001  (TVM raises its own error for a missing block)
+        return False

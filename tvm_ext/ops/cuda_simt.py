@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 
 from ..template import ScheduleTemplate
 from .common import CROP_BLOCK, MATMUL_BLOCK, largest_factor, padded, plain_compute
-from .cuda_tensorcore.tiling import inline_consumer, inline_producer, pad_to_tiles
+from .common import inline_consumer, inline_producer, pad_to_tiles
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def schedule_simt_gemm(sch, wl, config: SimtGemmConfig):
     c = sch.get_sblock(MATMUL_BLOCK)
     # An axis the block tile does not divide is padded up to it: an aligned shape is left as it
     # is, so its kernel does not change.
-    pad = pad_to_tiles(sch, c, wl, (config.block_m, config.block_n, ki_n))
+    pad = pad_to_tiles(sch, c, (config.block_m, config.block_n, ki_n))
     loops = sch.get_loops(c)
     batch_loops = list(loops[:-3])
     i, j, k = loops[-3:]
@@ -375,7 +375,7 @@ def schedule_small_batch(sch, cfg, wl, facts):
     loops = sch.get_loops(c)
     if len(loops) == 4:  # a batched workload: fold the batch into blockIdx.z
         raise ValueError("dense_small_batch.cuda is for dense (no batch)")
-    pad = pad_to_tiles(sch, c, wl, (yi_n, ty_n, tx_n * vec))
+    pad = pad_to_tiles(sch, c, (yi_n, ty_n, tx_n * vec))
     crop = pad and (wl.M % yi_n != 0 or wl.N % ty_n != 0)  # (else only K is padded)
     i, j, k = sch.get_loops(c)
     by, yi = sch.split(i, [None, yi_n])
@@ -474,14 +474,14 @@ BATCH_MATMUL_CUDA = ScheduleTemplate(
     name="batch_matmul.cuda", op="batch_matmul", target_kind="cuda",
     compute=plain_compute, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
-    check=lambda wl, facts: None, dtypes=("float32", "float16"))
+    check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 # The same GEMM without the batch.
 DENSE_LARGE_BATCH_CUDA = ScheduleTemplate(
     name="dense_large_batch.cuda", op="dense", target_kind="cuda",
     compute=plain_compute, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
-    check=lambda wl, facts: None, dtypes=("float32", "float16"))
+    check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 DENSE_SMALL_BATCH_CUDA = ScheduleTemplate(
     name="dense_small_batch.cuda", op="dense", target_kind="cuda",

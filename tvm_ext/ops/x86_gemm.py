@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import List, Sequence
 
 from ..template import ScheduleTemplate
-from .common import MATMUL_BLOCK, largest_factor
+from .common import (MATMUL_BLOCK, has_block, inline_consumer, inline_producer,
+                     largest_factor, pad_to_tiles)
 
 
 def packed_gemm_compute(wl, xi: int):
@@ -64,6 +65,8 @@ def packed_gemm_compute(wl, xi: int):
 def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
                          tile_k: Sequence[int], inner: int, unroll_k: bool = True):
     """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki]."""
+    from tvm import tirx  # noqa: PLC0415
+
     _, yo, yi = tile_y
     _, xo, xi = tile_x
     ki = tile_k[-1]
@@ -71,6 +74,10 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     try:
         pack = sch.get_sblock("B_packed")
     except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
+        # Symbolic extents (a shape family's kernels) are padded up to the register tile, the
+        # K step and the pack width: no predicate inside the micro-kernel; the zeros of A are
+        # read in it, those of B written into the panel, and the crop is the write-back's.
+        pad_to_tiles(sch, c, (yi, xi, ki))
         pack = sch.cache_read(c, 1, "global")
         batched = wl.op != "dense"
         if wl.transpose_b:  # B[.., n, k] -> panels [.., n // xi, k, n % xi]
@@ -83,7 +90,12 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
-    it, io, ii = sch.split(i, [None, yo, yi])
+    if isinstance(sch.get(i).extent, tirx.IntImm):
+        it, io, ii = sch.split(i, [None, yo, yi])
+    else:  # a symbolic M (padded to yi): register tiles of yi, then yo of them per task, so
+        # the predicate stays on the task's row tiles, never on the register tile's rows
+        i_tiles, ii = sch.split(i, [None, yi])
+        it, io = sch.split(i_tiles, [None, yo])
     jt, jo, ji = sch.split(j, [None, xo, xi])
     ko, kin = sch.split(kk, [None, ki])
     ii_o, ii_i = sch.split(ii, [None, inner])
@@ -94,7 +106,11 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     # Accumulate the yi x xi tile in registers; write it back once, vectorised.
     acc = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(acc, jo)
+    inline_consumer(sch, acc)  # a padded M: the crop, in the write-back
     sch.vectorize(sch.get_loops(acc)[-1])
+    inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
+    if has_block(sch, "A_pad"):
+        sch.compute_inline(sch.get_sblock("A_pad"))
     # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel only).
     sch.compute_at(pack, outer)
     sch.vectorize(sch.get_loops(pack)[-1])
@@ -153,7 +169,7 @@ def _bmm_fallback(space, wl, facts):
 BATCH_MATMUL_X86 = ScheduleTemplate(
     name="batch_matmul.x86", op="batch_matmul", target_kind="llvm",
     compute=_packed_compute, schedule=_bmm_schedule, fallback=_bmm_fallback,
-    check=lambda wl, facts: None, dtypes=("float32", "float64"))
+    check=lambda wl, facts: None, dtypes=("float32", "float64"), symbolic=True)
 
 
 # ---- dense_pack.x86: TVM <= 0.19's dense_pack knobs tile_y = [yt, yo, yi],
@@ -174,4 +190,4 @@ def _dense_fallback(space, wl, facts):
 DENSE_PACK_X86 = ScheduleTemplate(
     name="dense_pack.x86", op="dense", target_kind="llvm",
     compute=_packed_compute, schedule=_dense_schedule, fallback=_dense_fallback,
-    check=lambda wl, facts: None, dtypes=("float32", "float64"))
+    check=lambda wl, facts: None, dtypes=("float32", "float64"), symbolic=True)

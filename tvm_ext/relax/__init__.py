@@ -7,18 +7,20 @@
     print(ctx.report)                                # per kernel: tuned or fallback
 
 - ``match``: which legalized PrimFuncs are matmuls (plain, or fused with an epilogue);
-- ``extract``: a model's matmul workloads with call counts;
+- ``extract``: a model's matmul workloads with call counts, and its shape families (matmuls
+  with symbolic sizes, built into dispatching libraries by ``apply``);
 - ``apply``: ``ApplyTunedKernels`` (the pass) and ``build``;
 - ``legalize``: ``relax.matmul`` legalized with our compute (the strategy form);
 - ``tuning``: ``tune_model`` (every matmul under one budget) and ``load_model``.
 """
 from ..dispatch import current
 from .apply import ApplyTunedKernels, build
-from .extract import extract_tasks
+from .extract import extract_families, extract_tasks
 from .legalize import legalize_as_strategy, legalize_matmul, register_strategy
-from .match import match_fused, match_matmul, workload_of_call
-from .tuning import load_model, tune_model
+from .match import match_family, match_fused, match_matmul, workload_of_call
+from .tuning import load_model, tune_model, tune_model_families
 
-__all__ = ["ApplyTunedKernels", "build", "current", "extract_tasks", "legalize_as_strategy",
-           "legalize_matmul", "load_model", "match_fused", "match_matmul", "register_strategy",
-           "tune_model", "workload_of_call"]
+__all__ = ["ApplyTunedKernels", "build", "current", "extract_families", "extract_tasks",
+           "legalize_as_strategy", "legalize_matmul", "load_model", "match_family",
+           "match_fused", "match_matmul", "register_strategy", "tune_model",
+           "tune_model_families", "workload_of_call"]

@@ -1,8 +1,10 @@
 """Our kernels in a Relax model: ``ApplyTunedKernels`` replaces each matmul PrimFunc (plain or
 fused with its epilogue) by our template's scheduled PrimFunc (the tuned record of the apply
 context if there is one, else the fallback), marked ``tirx.is_scheduled`` and opaque so the
-default pipeline neither fuses nor reschedules it (dlight on CUDA); ``build`` runs the whole
-pipeline."""
+default pipeline neither fuses nor reschedules it (dlight on CUDA); a matmul with symbolic
+sizes (a sequence length) becomes its shape family's dispatching library (``tvm_ext.family``:
+the tuned bucket kernels of the context's logs, else the generic kernel). ``build`` runs the
+whole pipeline."""
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -10,6 +12,7 @@ from typing import List, Tuple
 import tvm
 from tvm import relax as _relax
 
+from .. import family as F
 from ..codegen import pass_options, use_host_cores
 from ..dispatch import choose
 from ..errors import TvmExtError
@@ -17,7 +20,7 @@ from ..strategy import get_template
 from ..target import parse_target
 from ..workload import Workload
 from .legalize import legalize_as_strategy
-from .match import match_fused, match_matmul
+from .match import match_family, match_fused, match_matmul
 
 _OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
 
@@ -41,6 +44,8 @@ class ApplyTunedKernels:
     def __init__(self, target=None):
         self.target = parse_target(target)
         self.replaced: List[Tuple[str, Workload, str, bool]] = []
+        self.families: List[tuple] = []  # (Family, Library) of each symbolic matmul
+        self.pass_config: dict = {}
 
     def transform_module(self, mod, _ctx):
         updates = {}
@@ -52,6 +57,11 @@ class ApplyTunedKernels:
             if wl is None:
                 fused = match_fused(f)
                 if fused is None:
+                    family = match_family(f)
+                    if family is not None:
+                        new = self._family(family[0], f)
+                        if new is not None:
+                            updates[gv] = new
                     continue
                 wl = fused[0]
             try:
@@ -63,16 +73,33 @@ class ApplyTunedKernels:
             else:
                 new = _schedule_fused(task, choice.config, f, fused[2])
             new = new.without_attr("global_symbol")
-            for key, value in (f.attrs.items() if f.attrs is not None else []):
-                if key != "global_symbol":
-                    new = new.with_attr(key, value)
-            new = new.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", _OPAQUE) \
-                .with_attr("tvm_ext.template", task.name)
-            updates[gv] = new
+            updates[gv] = _mark(new, f, task.name)
             self.replaced.append((gv.name_hint, wl, task.name, choice.tuned))
         for gv, f in updates.items():
             mod[gv] = f
         return mod
+
+    def _family(self, family, f):
+        """A matmul with symbolic sizes: the family's library (tuned buckets from the apply
+        context's logs, else the generic kernel alone) as one dispatching PrimFunc."""
+        try:
+            library = F.library_in_context(family, self.target)
+            new, config = F.library_func(library, self.target, "main")
+        except TvmExtError:
+            return None  # no template takes these symbolic sizes: TVM's pipeline does
+        self.pass_config.update(config)
+        self.families.append((family, library))
+        return _mark(new.without_attr("global_symbol"), f, library.generic.template)
+
+
+def _mark(new, old, template: str):
+    """Our PrimFunc in place of ``old``: its attributes (but its global symbol), scheduled and
+    opaque so TVM's pipeline leaves it as it is."""
+    for key, value in (old.attrs.items() if old.attrs is not None else []):
+        if key != "global_symbol":
+            new = new.with_attr(key, value)
+    return new.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", _OPAQUE) \
+        .with_attr("tvm_ext.template", template)
 
 
 def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
@@ -94,7 +121,7 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
         mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
     apply = ApplyTunedKernels(target)
     mod = apply(mod)
-    config = {}
+    config = dict(apply.pass_config)
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)
     with pass_options(config):

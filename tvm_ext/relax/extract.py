@@ -10,7 +10,7 @@ from ..errors import TvmExtError
 from ..strategy import templates_for
 from ..target import parse_target
 from ..workload import Workload
-from .match import match_matmul
+from .match import match_family, match_matmul
 
 
 def _call_counts(mod) -> Dict[str, int]:
@@ -46,3 +46,26 @@ def extract_tasks(mod, target=None) -> List[Tuple[Workload, int]]:
         entry = found.setdefault(wl.key(), [wl, 0])
         entry[1] += counts.get(gv.name_hint, 0)
     return sorted(((wl, n) for wl, n in found.values()), key=lambda t: (-t[1], -t[0].flop))
+
+
+def extract_families(mod, target=None) -> List[Tuple[object, Dict[str, str], int]]:
+    """Every matmul of a model whose sizes hold ``tir.Var``s, as a shape family whose varying
+    axes are of any size (``?``), with {axis: var name} and how many kernel calls compute it;
+    one entry per family signature, most frequent first."""
+    from ..family import family_template  # noqa: PLC0415
+    target = parse_target(target)
+    mod = _relax.transform.LegalizeOps()(mod)
+    counts = _call_counts(mod)
+    found: Dict[tuple, List] = {}
+    for gv, f in mod.functions.items():
+        hit = match_family(f)
+        if hit is None:
+            continue
+        fam, names = hit
+        try:
+            family_template(fam, target)
+        except TvmExtError:
+            continue
+        entry = found.setdefault(fam.signature(), [fam, names, 0])
+        entry[2] += counts.get(gv.name_hint, 0)
+    return sorted(((f, names, n) for f, names, n in found.values()), key=lambda t: -t[2])

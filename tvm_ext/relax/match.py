@@ -67,7 +67,7 @@ def match_fused(func) -> Optional[Tuple[Workload, str, List[str]]]:
     return wl, blocks[0].name_hint, [b.name_hint for b in blocks[1:]]
 
 
-def _match_block(func, block, *, fused: bool) -> Optional[Workload]:
+def _match_block(func, block, *, fused: bool, symbolic=None) -> Optional[Workload]:
     kinds = [int(iv.iter_type) for iv in block.iter_vars]  # 0 spatial, 2 reduction
     if kinds.count(2) != 1 or kinds[-1] != 2 or len(kinds) not in (3, 4) or block.init is None:
         return None
@@ -103,7 +103,9 @@ def _match_block(func, block, *, fused: bool) -> Optional[Workload]:
     a_shape = [_int(d) for d in pa.shape]
     b_shape = [_int(d) for d in pb.shape]
     if None in shape + a_shape + b_shape:
-        return None  # dynamic shapes: not for fixed-shape templates
+        if symbolic is not None and not fused:
+            symbolic.append(_symbolic_dims(pa, pb, pc, ta + tb))
+        return None  # dynamic shapes: not for fixed-shape templates (see match_family)
     dtype, out_dtype = str(pa.dtype), str(pc.dtype)
     if dtype != str(pb.dtype) or dtype not in DTYPES or out_dtype not in DTYPES:
         return None
@@ -120,6 +122,62 @@ def _match_block(func, block, *, fused: bool) -> Optional[Workload]:
         return Workload("dense", 1, shape[0], shape[1], K, dtype, out_dtype, layout)
     except TvmExtError:
         return None
+
+
+def match_family(func):
+    """(Family, {axis: var name}) for a legalized plain matmul PrimFunc whose sizes hold
+    ``tir.Var``s (a symbolic sequence length, batch): every such axis is of any size (``?``)
+    in the family, the others fixed. None for anything else (a fixed-shape matmul included,
+    and a size that is an expression of vars rather than a var)."""
+    from tvm import s_tir  # noqa: PLC0415
+    if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) != 3:
+        return None
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001
+        return None
+    if len(blocks) != 1:
+        return None
+    found: list = []
+    _match_block(func, sch.get(blocks[0]), fused=False, symbolic=found)
+    return found[0] if found and found[0] is not None else None
+
+
+def _symbolic_dims(pa, pb, pc, layout):
+    """The family of a matmul whose buffers' sizes are ints or vars (None otherwise)."""
+    from ..workload import AXES, Dim, Family  # noqa: PLC0415
+    a_shape, b_shape, c_shape = list(pa.shape), list(pb.shape), list(pc.shape)
+    if len(c_shape) not in (2, 3) or len(a_shape) != len(c_shape) or \
+            len(b_shape) != len(c_shape):
+        return None
+    lead = len(c_shape) - 2
+    if lead and not (_same(a_shape[0], c_shape[0]) and _same(b_shape[0], c_shape[0])):
+        return None  # a broadcast batch: not a template workload
+    size = {"B": c_shape[0] if lead else 1, "M": c_shape[-2], "N": c_shape[-1],
+            "K": a_shape[-1] if layout[0] == "N" else a_shape[-2]}
+    dims, names = [], {}
+    for axis in AXES:
+        v = size[axis]
+        if _int(v) is not None:
+            dims.append(Dim(str(_int(v)), (_int(v),)))
+        elif isinstance(v, tvm.tirx.Var):
+            dims.append(Dim("?", None))
+            names[axis] = v.name
+        else:
+            return None
+    dtype, out_dtype = str(pa.dtype), str(pc.dtype)
+    if dtype != str(pb.dtype) or dtype not in DTYPES or out_dtype not in DTYPES:
+        return None
+    try:
+        return Family("batch_matmul" if lead else "dense", tuple(dims), dtype, out_dtype,
+                      layout), names
+    except TvmExtError:
+        return None
+
+
+def _same(x, y) -> bool:
+    return x.same_as(y) or (_int(x) is not None and _int(x) == _int(y))
 
 
 def _storage(idx, row, col) -> Optional[str]:

@@ -8,7 +8,7 @@ from ..result import error_line
 from ..session import make_measurer, tune_task
 from ..target import parse_target
 from ..task import Task
-from .extract import extract_tasks
+from .extract import extract_families, extract_tasks
 
 
 def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: int = 0,
@@ -35,6 +35,32 @@ def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: 
     finally:
         if own and hasattr(measurer, "close"):
             measurer.close()
+    return out
+
+
+def tune_model_families(mod, target=None, *, sizes, trials: int, log, max_kernels: int = 8,
+                        tuner: str = "xgb", seed: int = 0, measure_options=None,
+                        progress=None):
+    """Tune the shape families of a model's symbolic matmuls into ``log``: ``sizes`` maps a
+    size var's name to the values it takes ({"n": "1..2048:16"}); a family whose every
+    varying axis is named there is tuned (``trials`` per representative shape) as that range,
+    and its library serves the model's matmul (``build`` under ``apply_history_best(log)``).
+    Returns [(Family tuned, call count, Library, FamilyReport)]; families with an unnamed
+    size var are left out (they get the generic kernel)."""
+    from ..family import tune_family  # noqa: PLC0415
+    from ..workload import AXES, Dim  # noqa: PLC0415
+    target = parse_target(target)
+    out = []
+    for fam, names, count in extract_families(mod, target):
+        if any(names[a] not in sizes for a in fam.varying):
+            continue
+        dims = tuple(Dim.parse(sizes[names[a]], a) if a in names else d
+                     for a, d in zip(AXES, fam.dims))
+        ranged = type(fam)(fam.op, dims, fam.dtype, fam.out_dtype, fam.layout)
+        library, report = tune_family(ranged, target, log, trials=trials,
+                                      max_kernels=max_kernels, tuner=tuner, seed=seed,
+                                      measure_options=measure_options, progress=progress)
+        out.append((ranged, count, library, report))
     return out
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..common import MATMUL_BLOCK, OWN_CONSUMERS, CAST_BLOCK, CROP_BLOCK
+from ..common import (MATMUL_BLOCK, OWN_CONSUMERS, has_block, inline_consumer,  # noqa: F401
+                      inline_producer, pad_to_tiles)
 
 FRAG = 16
 
@@ -38,16 +39,6 @@ def lead(idx):
     return tuple(idx[:-2])
 
 
-def pad_to_tiles(sch, block, wl, tiles):
-    """Pad the matmul's iteration domain up to the tiles; returns the blocks to inline."""
-    tm, tn, tk = tiles
-    if wl.M % tm == 0 and wl.N % tn == 0 and wl.K % tk == 0:
-        return False
-    nb = len(sch.get_loops(block)) - 3  # batch (or split-K slice) loops
-    sch.pad_einsum(block, [1] * nb + [tm, tn, tk])
-    return True
-
-
 def tile_grid(sch, wl, tiling: WarpTiling, kf, raster=1):
     """The tiling both templates share: pad to the block tile, make the 16x16xkf tensor-core
     tile one block, then grid (batch -> blockIdx.z, M -> y, N -> x) / warps (threadIdx.y) /
@@ -58,7 +49,7 @@ def tile_grid(sch, wl, tiling: WarpTiling, kf, raster=1):
     columns and the A tiles of ``raster`` rows in L2, instead of sweeping all of B per row."""
     brw, bcw, wrt, wct, chunk = tiling.brw, tiling.bcw, tiling.wrt, tiling.wct, tiling.chunk
     c = sch.get_sblock(MATMUL_BLOCK)
-    pad = pad_to_tiles(sch, c, wl, (brw * wrt * FRAG, bcw * wct * FRAG, chunk * kf))
+    pad = pad_to_tiles(sch, c, (brw * wrt * FRAG, bcw * wct * FRAG, chunk * kf))
     loops = sch.get_loops(c)
     batch, (i, j, k) = list(loops[:-3]), loops[-3:]
     i, i_tc = sch.split(i, [None, FRAG])
@@ -146,26 +137,6 @@ def copy_vec(wl, vec, pad, transposing, async_copy=False):
     return vec
 
 
-def inline_producer(sch, block):
-    """Inline the pad block that feeds a shared-memory load (zeros outside the tensor)."""
-    for p in sch.get_producers(block):
-        if sch.get(p).name_hint.endswith("_pad"):
-            sch.compute_inline(p)
-
-
-def inline_consumer(sch, block):
-    """Inline what follows the write-back into it: the crop of the padded output (CROP_BLOCK,
-    made by pad_einsum), then the cast to the output dtype ("C_cast"). Other consumers (the
-    epilogue of a fused Relax function) are left to the caller."""
-    while True:
-        ours = [c for c in sch.get_consumers(block)
-                if sch.get(c).name_hint in (CROP_BLOCK, CAST_BLOCK)]
-        if not ours:
-            return
-        for c in ours:
-            sch.reverse_compute_inline(c)
-
-
 def has_epilogue(sch, block):
     """Whether the output goes on to blocks other than our crop, cast and split-K sum (a
     fused epilogue)."""
@@ -173,14 +144,6 @@ def has_epilogue(sch, block):
         if sch.get(c).name_hint not in OWN_CONSUMERS or has_epilogue(sch, c):
             return True
     return False
-
-
-def has_block(sch, name):
-    try:
-        sch.get_sblock(name)
-        return True
-    except Exception:  # noqa: BLE001  (TVM raises its own error for a missing block)
-        return False
 
 
 def tile_fragment(sch, block, rows, cols):

@@ -1,0 +1,117 @@
+"""A Relax model with a symbolic sequence length: its matmuls are shape families, tuned over a
+range and built into dispatching libraries, correct at lengths inside and outside the range,
+and listed in the apply report."""
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tvm
+
+import tvm_ext
+from tvm_ext.measure import MeasureOptions, RunOptions
+from tvm_ext.relax import build, extract_families, extract_tasks, tune_model_families
+from tvm_ext.target import host_cpu_target
+
+CPU = host_cpu_target()
+D, H = 64, 128
+
+MODEL = '''
+from tvm import relax, tirx
+from tvm.script import relax as R
+
+def get_model(D={D}, H={H}):
+    """An MLP block of a transformer with a symbolic sequence length n:
+    y = gelu(x @ W1) @ W2 + x."""
+    bb = relax.BlockBuilder()
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", R.Tensor((n, D), "float32"))
+    w1 = relax.Var("w1", R.Tensor((D, H), "float32"))
+    w2 = relax.Var("w2", R.Tensor((H, D), "float32"))
+    with bb.function("main", [x, w1, w2]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.matmul(x, w1))
+            g = bb.emit(relax.op.nn.gelu(h))
+            y = bb.emit(relax.op.matmul(g, w2))
+            o = bb.emit_output(relax.op.add(y, x))
+        bb.emit_func_output(o)
+    return bb.get()
+'''.format(D=D, H=H)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "mlp.py"
+    path.write_text(MODEL)
+    ns = {}
+    exec(compile(MODEL, str(path), "exec"), ns)
+    return ns["get_model"](), path
+
+
+def _reference(x, w1, w2):
+    h = x @ w1
+    g = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
+    return g @ w2 + x
+
+
+def _check(ex, lengths):
+    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((D, H)) * 0.1).astype("float32")
+    w2 = (rng.standard_normal((H, D)) * 0.1).astype("float32")
+    for n in lengths:
+        x = rng.standard_normal((n, D)).astype("float32")
+        out = vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(w1),
+                         tvm.runtime.tensor(w2)).numpy()
+        assert np.allclose(out, _reference(x, w1, w2), rtol=1e-4, atol=1e-4), n
+
+
+def test_symbolic_matmuls_are_families(model):
+    mod, _ = model
+    assert extract_tasks(mod, CPU) == []  # no fixed-shape matmul
+    fams = extract_families(mod, CPU)
+    # dense M x N x K: x @ W1 is n x H x D, gelu(.) @ W2 is n x D x H
+    assert sorted(f.text for f, _, _ in fams) == sorted([f"?x{H}x{D}", f"?x{D}x{H}"])
+    assert all(names == {"M": "n"} and count == 1 for _, names, count in fams)
+
+
+def test_untuned_model_gets_generic_kernels(model):
+    mod, _ = model
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = build(mod, CPU)
+    assert len(ctx.report.families) == 2
+    assert "2 shape families" in ctx.report.summary()
+    assert all("0 bucket kernels + generic" in f for f in ctx.report.families)
+    _check(ex, [1, 5, 64, 200])
+
+
+def test_tuned_families_serve_the_model(model, tmp_path):
+    mod, _ = model
+    log = tmp_path / "mlp.json"
+    options = MeasureOptions(run=RunOptions(number=2, repeat=2), n_parallel=1)
+    tuned = tune_model_families(mod, CPU, sizes={"n": "16..128:16"}, trials=3, log=log,
+                                max_kernels=2, tuner="random", measure_options=options)
+    assert sorted(f.text for f, _, _, _ in tuned) == sorted([f"16..128:16x{H}x{D}",
+                                                             f"16..128:16x{D}x{H}"])
+    with tvm_ext.apply_history_best(str(log)) as ctx:
+        ex = build(mod, CPU)
+    text = str(ctx.report)
+    assert len(ctx.report.families) == 2
+    assert "any other shape" in text and "tuned at" in text
+    assert all("0 bucket kernels" not in f for f in ctx.report.families)
+    _check(ex, [16, 48, 128, 3, 300])  # inside the range, and outside it (generic kernel)
+
+
+def test_cli_model_with_sizes(model, tmp_path):
+    _, path = model
+    run = [sys.executable, "-m", "tvm_ext.tune", "--target", "llvm", "--model", str(path)]
+    out = subprocess.run(run + ["--size", "n=16..64:16", "--dry-run"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert "2 shape families" in out.stdout and "tuned over n=16..64:16" in out.stdout
+    for args, msg in [(["--size", "m=1..8"], "--size names m"),
+                      (["--size", "n"], "--size expects VAR=VALUES"),
+                      (["--size", "n=8..1"], "LO <= HI")]:
+        out = subprocess.run(run + args, capture_output=True, text=True)
+        assert out.returncode == 2 and msg in out.stderr, (args, out.stderr)

@@ -1,0 +1,674 @@
+"""Shape families: a range of shapes tuned once into ONE library of bucket kernels, a generic
+kernel and a run-time dispatcher.
+
+    fam = Family.parse("1..8x64..2048:64x512x64", "batch_matmul")
+    lib, report = tune_family(fam, "llvm", "fam.json", trials=16)   # buckets, tuned, re-ranked
+    lib = build_family(fam, "llvm", "fam.json")                       # or again from the log
+    lib.export_library("fam.so")
+    f = tvm.runtime.load_module("fam.so")["main"]                     # one callable, any shape
+
+How it works:
+
+- **Kernels for symbolic extents.** A template whose schedule takes symbolic loops (``Template.
+  symbolic``) is applied to the plain matmul with a ``tir.Var`` for every axis the family lets
+  vary; the schedule pads those axes up to its tiles inside the kernel (``pad_to_tiles``), so a
+  kernel is correct for every size. The decisions a schedule takes from the workload (rows per
+  parallel task, vector widths) come from the shape the config was tuned at (its
+  *representative*).
+- **Buckets** cut each varying axis at powers of two (the tiles' divisibility, and on GPUs the
+  wave count, change there). Each bucket has a representative shape (its member nearest to the
+  bucket's mean log-flop). Up to ``max_kernels`` representatives, spread over the family's flop
+  range, are tuned, each with transfer from those tuned before; the best ``top`` configs of
+  each become candidates, and every candidate's symbolic kernel is timed at every bucket's
+  representative (the kernel that will run, at the shape it will serve).
+- **Selection.** ``max_kernels`` kernels are picked greedily (each pick lowers the family's
+  expected time the most); every bucket is routed to its fastest picked kernel. The report lists
+  the expected time after each pick: what each extra kernel buys.
+- **One library.** The picked kernels and the generic kernel (the template's fallback for the
+  family's median shape, used outside every bucket and when nothing was tuned) are private
+  subroutines of one IRModule whose ``main`` dispatches on the shape: ``tvm.compile`` makes one
+  module, ``export_library`` one ``.so``; nothing is compiled at call time.
+- **Records.** The representatives' records are ordinary records of the log; the library (the
+  family, its routes and kernels' configs) is one more line, ``{"family_library": ...}``, which
+  ``build_family`` reads back (directly, or inside ``apply_history_best``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import record as rec
+from .codegen import compile_module, use_host_cores
+from .dispatch import current
+from .errors import TemplateError, TvmExtError, WorkloadError
+from .space import ConfigEntity
+from .strategy import get_template, templates_for
+from .target import hardware_facts, parse_target, target_str
+from .task import Task
+from .workload import AXES, Family, Workload
+
+logger = logging.getLogger("tvm_ext")
+
+FORMAT = "tvm_ext.family/1"
+_VAR_NAMES = {"B": "bsz", "M": "m", "N": "n", "K": "k"}
+
+
+# ---- buckets ----
+
+def _pow2_group(v: int) -> int:
+    """The power-of-two bucket of a size: (2^(j-1), 2^j] -> j."""
+    return max(0, math.ceil(math.log2(v)))
+
+
+@dataclass
+class Bucket:
+    """A box of the family's shapes: ``bounds[axis] = (lo, hi)`` (inclusive) on every varying
+    axis; its member shapes, their total probability, and the representative shape."""
+
+    bounds: Dict[str, Tuple[int, int]]
+    shapes: List[Tuple[int, int, int, int]]
+    prob: float
+    rep: Tuple[int, int, int, int]
+    # sum of p * flop over the members / flop of rep: the rep's time times this is the
+    # bucket's share of the family's expected time
+    scale: float = 1.0
+
+    def holds(self, shape: Sequence[int]) -> bool:
+        return all(lo <= shape[AXES.index(a)] <= hi for a, (lo, hi) in self.bounds.items())
+
+    def describe(self) -> str:
+        parts = [f"{a} {lo}..{hi}" if lo != hi else f"{a} {lo}"
+                 for a, (lo, hi) in self.bounds.items()]
+        return ", ".join(parts) or "all"
+
+
+def make_buckets(family: Family) -> List[Bucket]:
+    """The family's shapes grouped by the power-of-two interval of each varying axis."""
+    groups: Dict[tuple, List[Tuple[tuple, float]]] = {}
+    varying = family.varying
+    probs = family.probabilities()
+    axis_range = {a: (min(s[AXES.index(a)] for s, _ in probs),
+                      max(s[AXES.index(a)] for s, _ in probs)) for a in varying}
+    for shape, p in probs:
+        key = tuple(_pow2_group(shape[AXES.index(a)]) for a in varying)
+        groups.setdefault(key, []).append((shape, p))
+    out = []
+    for key in sorted(groups):
+        members = groups[key]
+        # (2^(j-1), 2^j], clipped to the family's range on the axis: a size past the range
+        # goes to the generic kernel (one between two sizes of a stepped range does not).
+        bounds = {}
+        for a, j in zip(varying, key):
+            lo, hi = axis_range[a]
+            bounds[a] = (max(2 ** (j - 1) + 1 if j > 0 else 1, lo), min(2 ** j, hi))
+        prob = sum(p for _, p in members)
+        flops = [(s, p, family.workload(s).flop) for s, p in members]
+        mean_log = sum(p * math.log(f) for _, p, f in flops) / prob
+        rep = min(flops, key=lambda t: (abs(math.log(t[2]) - mean_log), -t[2]))[0]
+        scale = sum(p * f for _, p, f in flops) / family.workload(rep).flop
+        out.append(Bucket(bounds, [s for s, _ in members], prob, rep, scale))
+    return out
+
+
+def spread(items: Sequence, n: int) -> List:
+    """``n`` items evenly spaced over a sorted sequence (all of them if it has at most n)."""
+    if len(items) <= n:
+        return list(items)
+    if n == 1:
+        return [items[len(items) // 2]]
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
+
+# ---- the library's description (what a family record holds) ----
+
+@dataclass
+class LibKernel:
+    """One kernel of a library: a template's config, in the space of the shape it was tuned
+    at (``rep``)."""
+
+    template: str
+    rep: Tuple[int, int, int, int]
+    config: Dict[str, Any]  # ConfigEntity.to_json_dict()
+    tuned: bool = True
+    cost: Optional[float] = None  # seconds at rep (from the log), for the report
+
+    def to_json(self) -> dict:
+        return {"template": self.template, "rep": list(self.rep), "config": self.config,
+                "tuned": self.tuned, "cost": self.cost}
+
+    @staticmethod
+    def from_json(obj) -> "LibKernel":
+        return LibKernel(str(obj["template"]), tuple(int(v) for v in obj["rep"]),
+                         dict(obj["config"]), bool(obj.get("tuned", True)), obj.get("cost"))
+
+
+@dataclass
+class Library:
+    """A family's library: its kernels, the buckets routed to each, and the generic kernel."""
+
+    family: Family
+    target: str
+    kernels: List[LibKernel]
+    routes: List[Tuple[Dict[str, Tuple[int, int]], int]]  # (bucket bounds, kernel index)
+    generic: LibKernel
+    curve: List[float] = field(default_factory=list)  # expected time after each pick (s)
+    # Kernels not built (their config does not fit this target's space), with the reason: their
+    # buckets run the generic kernel. Filled when the library is compiled; not saved.
+    set_aside: Dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        fam = self.family
+        return {"family_library": {
+            "op": fam.op, "shape": fam.text, "dtype": fam.dtype, "out_dtype": fam.out_dtype,
+            "layout": fam.layout,
+            "weights": [[list(s), w] for s, w in fam.weights] if fam.weights else None,
+            "target": self.target, "kernels": [k.to_json() for k in self.kernels],
+            "routes": [[{a: list(b) for a, b in bounds.items()}, i] for bounds, i in self.routes],
+            "generic": self.generic.to_json(), "curve": self.curve},
+            "version": FORMAT}
+
+    @staticmethod
+    def from_json(obj) -> "Library":
+        lib = obj["family_library"]
+        fam = Family.parse(lib["shape"], lib["op"], lib["dtype"], lib["out_dtype"],
+                           lib["layout"])
+        if lib.get("weights"):
+            fam = fam.with_trace([(s, w) for s, w in lib["weights"]])
+        routes = [({a: (int(b[0]), int(b[1])) for a, b in bounds.items()}, int(i))
+                  for bounds, i in lib["routes"]]
+        return Library(fam, str(lib["target"]), [LibKernel.from_json(k) for k in lib["kernels"]],
+                       routes, LibKernel.from_json(lib["generic"]),
+                       [float(x) for x in lib.get("curve", [])])
+
+
+def load_libraries(path) -> List[Library]:
+    """The family libraries of a log (its ``{"family_library": ...}`` lines), oldest first;
+    LogError for a line that does not read back."""
+    text = Path(path).read_text(encoding="utf-8")
+    out = []
+    for i, line in enumerate(text.split("\n"), start=1):
+        if not line.lstrip().startswith(rec.FAMILY_PREFIX):
+            continue
+        try:
+            out.append(Library.from_json(json.loads(line)))
+        except (ValueError, KeyError, TypeError, TvmExtError) as err:
+            raise rec.LogError(f"{path}:{i}: corrupt family library: {err}") from None
+    return out
+
+
+def library_for(paths, family: Family, target) -> Optional[Library]:
+    """The newest library of ``family`` for ``target``'s kind in the logs; failing that, the
+    newest of a family with the same signature (op, dtypes, layout, the same fixed sizes and
+    the same varying axes): a library tuned for a range serves a Relax model's matmul of any
+    size there (its generic kernel takes the sizes outside the range)."""
+    kind = parse_target(target).kind.name
+    exact = same = None
+    for p in paths:
+        for lib in load_libraries(p):
+            if parse_target(lib.target).kind.name != kind:
+                continue
+            if lib.family.key() == family.key():
+                exact = lib
+            elif lib.family.signature() == family.signature():
+                same = lib
+    if exact is None and same is not None:
+        same = Library(family, same.target, same.kernels, same.routes, same.generic,
+                       same.curve)
+    return exact or same
+
+
+# ---- kernels for symbolic extents ----
+
+def family_template(family: Family, target, template: Optional[str] = None):
+    """The template a family's kernels use: one whose schedule takes symbolic extents."""
+    target = parse_target(target)
+    wl = family.workload(median_shape(family))
+    facts = hardware_facts(target, family.dtype)
+    if template is not None:
+        t = get_template(template)
+        why = t.why_not(wl, facts) or (None if t.symbolic else
+                                       "its schedule does not take symbolic extents")
+        if why:
+            raise TemplateError(f"template {template} cannot build the {family}: {why}")
+        return t
+    for t in templates_for(wl, target, facts):
+        if t.symbolic:
+            return t
+    raise TemplateError(f"no template builds kernels of symbolic extents for the {family} on "
+                        f"{target.kind.name}")
+
+
+def median_shape(family: Family) -> Tuple[int, int, int, int]:
+    """The shape of median flop (by probability) of the family; for an axis of any size
+    without a trace, 256 (only the generic kernel's tiling depends on it)."""
+    if not family.enumerable:
+        return tuple(d.values[len(d.values) // 2] if d.values else 256 for d in family.dims)
+    ranked = sorted(family.probabilities(), key=lambda t: family.workload(t[0]).flop)
+    acc = 0.0
+    for shape, p in ranked:
+        acc += p
+        if acc >= 0.5:
+            return shape
+    return ranked[-1][0]
+
+
+def _placeholders(family: Family, dtype_vars):
+    """TE placeholders A and B of the family with a var for every varying axis."""
+    from tvm import te  # noqa: PLC0415
+
+    size = {a: dtype_vars.get(a, family.fixed(a)) for a in AXES}
+    mk = (size["K"], size["M"]) if family.layout[0] == "T" else (size["M"], size["K"])
+    nk = (size["N"], size["K"]) if family.layout[1] == "T" else (size["K"], size["N"])
+    lead = () if family.op == "dense" else (size["B"],)
+    return (te.placeholder(lead + mk, family.dtype, name="A"),
+            te.placeholder(lead + nk, family.dtype, name="B"))
+
+
+def symbolic_func(family: Family, kernel: LibKernel, target):
+    """The scheduled PrimFunc of a library kernel: symbolic in the family's varying axes."""
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te, tirx  # noqa: PLC0415
+
+    from .ops.common import matmul_compute  # noqa: PLC0415
+
+    task = Task(family.workload(kernel.rep), target, template=kernel.template)
+    cfg = config_of(task, kernel)
+    vars_ = {a: tirx.Var(_VAR_NAMES[a], "int32") for a in family.varying}
+    A, B = _placeholders(family, vars_)
+    tensors = matmul_compute(task.workload, A, B)
+    if task.template.prepare is not None:
+        task.template.prepare()
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
+    task.template.schedule(sch, cfg, task.workload, task.facts)
+    return task.launch(sch.mod["main"]), task, [vars_[a] for a in family.varying]
+
+
+def config_of(task: Task, kernel: LibKernel) -> ConfigEntity:
+    """A library kernel's config in its task's space; TvmExtError where it does not fit."""
+    if not kernel.tuned and not kernel.config:
+        return task.fallback_config()
+    fit = task.fit_record(ConfigEntity.from_json_dict(kernel.config))
+    if fit.config is None:
+        raise TvmExtError(f"library kernel of {kernel.template} at "
+                          f"{'x'.join(map(str, kernel.rep))} does not fit its space: "
+                          f"{'; '.join(fit.problems)}")
+    return fit.config
+
+
+def _library_func(kernels, routes, family: Family, entry: str):
+    """One PrimFunc ``entry`` (A, B, C) whose body runs the kernel of the shape's bucket:
+    each kernel for its buckets, the generic one for any other shape. ``kernels`` are the
+    scheduled kernels ((func, size vars), the generic one last); each branch binds its
+    kernel's size vars to the entry's and declares its buffers on the entry's data, so one
+    function holds every kernel (a GPU kernel's launches are split off by the usual passes)."""
+    import tvm  # noqa: PLC0415
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.tirx.buffer import buffer_data  # noqa: PLC0415
+
+    main, main_sizes = kernels[-1]
+    by_axis = dict(zip(family.varying, main_sizes))
+
+    def branch(i):
+        func, sizes = kernels[i]
+        if i == len(kernels) - 1:
+            return func.body
+        stmts = [tirx.Bind(v, by_axis[a]) for a, v in zip(family.varying, sizes)]
+        stmts += [tirx.DeclBuffer(buf, data=buffer_data(outer))
+                  for buf, outer in zip(func.params, main.params)]
+        return tirx.SeqStmt(stmts + [func.body])
+
+    def box(bounds):
+        terms = [tvm.tirx.all(by_axis[a] >= lo, by_axis[a] <= hi)
+                 for a, (lo, hi) in bounds.items()]
+        return tvm.tirx.all(*terms) if terms else tvm.tirx.const(True, "bool")
+
+    # One branch per kernel (a kernel's vars are bound once), taken for any of its buckets;
+    # the generic kernel where no bucket holds the shape. A branch is a loop of 1 or 0 trips,
+    # not an if: TVM's ThreadSync pass (which runs before the GPU kernels are split off)
+    # refuses a kernel under a condition.
+    boxes: Dict[int, List] = {}
+    for bounds, idx in routes:
+        boxes.setdefault(idx, []).append(box(bounds))
+    one, zero = tvm.tirx.const(1, "int32"), tvm.tirx.const(0, "int32")
+
+    def taken(cond, stmt, i):
+        return tirx.For(tirx.Var(f"take_{i}", "int32"), zero, tirx.Select(cond, one, zero),
+                        tirx.ForKind.SERIAL, stmt)
+
+    stmts, held = [], []
+    for idx, conds in boxes.items():
+        cond = tvm.tirx.any(*conds) if len(conds) > 1 else conds[0]
+        held.append(cond)
+        stmts.append(taken(cond, branch(idx), idx))
+    if held:
+        stmts.append(taken(tvm.tirx.Not(tvm.tirx.any(*held) if len(held) > 1 else held[0]),
+                           branch(len(kernels) - 1), len(kernels) - 1))
+        body = tirx.SeqStmt(stmts)
+    else:
+        body = branch(len(kernels) - 1)
+    return main.with_body(body).with_attr("global_symbol", entry)
+
+
+class FamilyModule:
+    """A family's compiled library: ``lib(a, b, c)`` runs any shape (TVM tensors),
+    ``lib.run(a, b)`` numpy in and out, ``lib.export_library(path)`` writes one ``.so``."""
+
+    def __init__(self, library: Library, executable, target, entry="main"):
+        self.library, self.executable, self.target, self.entry = library, executable, target, \
+            entry
+        self.threads = use_host_cores() if target.kind.name == "llvm" else None
+
+    @property
+    def module(self):
+        return self.executable.mod
+
+    @property
+    def device(self):
+        import tvm  # noqa: PLC0415
+        return tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)
+
+    def __call__(self, *tensors):
+        self.module[self.entry](*tensors)
+
+    def kernel_for(self, shape: Sequence[int]) -> int:
+        """Index of the kernel the dispatcher runs for a shape (len(kernels): generic)."""
+        shape = tuple(shape) if len(shape) == 4 else (1, *shape)
+        for bounds, idx in self.library.routes:
+            if all(lo <= shape[AXES.index(a)] <= hi for a, (lo, hi) in bounds.items()):
+                return len(self.library.kernels) if idx in self.library.set_aside else idx
+        return len(self.library.kernels)
+
+    def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        import tvm  # noqa: PLC0415
+        fam = self.library.family
+        wl = _workload_of_arrays(fam, a.shape, b.shape)
+        dev = self.device
+        out = tvm.runtime.empty(wl.out_shape, fam.out_dtype, dev)
+        self(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), out)
+        return out.numpy()
+
+    def export_library(self, path) -> None:
+        self.executable.export_library(str(path))
+
+    def describe(self) -> List[str]:
+        return describe_library(self.library)
+
+
+def _workload_of_arrays(family: Family, a_shape, b_shape) -> Workload:
+    lead = 0 if family.op == "dense" else 1
+    bsz = 1 if family.op == "dense" else a_shape[0]
+    M, K = (a_shape[lead + 1], a_shape[lead]) if family.layout[0] == "T" else \
+        (a_shape[lead], a_shape[lead + 1])
+    N = b_shape[lead] if family.layout[1] == "T" else b_shape[lead + 1]
+    return family.workload((bsz, M, N, K))
+
+
+def generic_kernel(family: Family, target, template: Optional[str] = None) -> LibKernel:
+    """The family's generic kernel: the template's fallback config for the median shape."""
+    t = family_template(family, target, template)
+    return LibKernel(t.name, median_shape(family), {}, tuned=False)
+
+
+def untuned_library(family: Family, target, template: Optional[str] = None) -> Library:
+    """A library with the generic kernel alone (a family nothing was tuned for)."""
+    return Library(family, target_str(parse_target(target)), [], [],
+                   generic_kernel(family, target, template))
+
+
+def library_func(library: Library, target, entry: str = "main"):
+    """(the library's PrimFunc ``entry``: every kernel and the dispatch, the pass options its
+    templates need)."""
+    pass_config, funcs, index = {}, [], {}
+    for i, k in enumerate(library.kernels):
+        try:
+            func, task, sizes = symbolic_func(library.family, k, target)
+        except TvmExtError as err:  # its config does not fit this target's space
+            library.set_aside[i] = f"kernel {i} ({k.template}, tuned at " \
+                                   f"{'x'.join(map(str, k.rep))}): {err}"
+            continue
+        index[i] = len(funcs)
+        funcs.append((func, sizes))
+        pass_config.update(task.template.pass_config)
+    func, task, sizes = symbolic_func(library.family, library.generic, target)
+    funcs.append((func, sizes))
+    pass_config.update(task.template.pass_config)
+    # A bucket whose kernel was set aside goes to the generic kernel (no route).
+    routes = [(bounds, index[i]) for bounds, i in library.routes if i in index]
+    return _library_func(funcs, routes, library.family, entry), pass_config
+
+
+def compile_library(library: Library, target=None, *, entry: str = "main") -> FamilyModule:
+    """Compile a library (its kernels, the generic one and the dispatcher) into one module."""
+    import tvm  # noqa: PLC0415
+
+    target = parse_target(target or library.target)
+    func, pass_config = library_func(library, target, entry)
+    mod = tvm.IRModule({entry: func})
+    return FamilyModule(library, compile_module(mod, target, pass_config), target, entry)
+
+
+def build_family(family: Family, target=None, logs=None, *, template: Optional[str] = None,
+                 entry: str = "main") -> FamilyModule:
+    """The family's library from ``logs`` (a path or paths; None: those of the current
+    ``apply_history_best`` context), else the generic kernel alone."""
+    target = parse_target(target)
+    if logs is None:
+        ctx = current()
+        paths = list(getattr(ctx, "paths", [])) if ctx is not None else []
+    else:
+        paths = [logs] if isinstance(logs, (str, os.PathLike)) else list(logs)
+    library = library_for(paths, family, target)
+    if library is None:
+        logger.info("tvm_ext: no library of the %s in %s: the generic kernel alone", family,
+                    ", ".join(map(str, paths)) or "no log")
+        library = untuned_library(family, target, template)
+    return compile_library(library, target, entry=entry)
+
+
+def library_in_context(family: Family, target) -> Library:
+    """The library of ``family`` in the current ``apply_history_best`` context's logs, else
+    the generic kernel alone; the context's report lists it."""
+    ctx = current()
+    paths = list(ctx.paths) if ctx is not None else []
+    library = library_for(paths, family, target) or untuned_library(family, target)
+    if ctx is not None:
+        ctx.report.families.append("\n".join(describe_library(library)))
+    return library
+
+
+def describe_library(lib: Library) -> List[str]:
+    """The family, each bucket's kernel, and the generic kernel, one line each."""
+    lines = [f"{lib.family}: {len(lib.kernels)} bucket kernels + generic"]
+    for bounds, idx in lib.routes:
+        k = lib.kernels[idx]
+        runs = "generic: kernel set aside" if idx in lib.set_aside else f"kernel {idx}"
+        lines.append(f"  {Bucket(bounds, [], 0, k.rep).describe():<34} -> {runs} "
+                     f"({k.template}, tuned at {'x'.join(map(str, k.rep))})")
+    g = lib.generic
+    lines.append(f"  {'any other shape':<34} -> generic ({g.template}, "
+                 f"{'tuned' if g.tuned else 'fallback'} config for "
+                 f"{'x'.join(map(str, g.rep))}, symbolic in {', '.join(lib.family.varying)})")
+    lines += [f"  set aside: {why}" for why in lib.set_aside.values()]
+    return lines
+
+
+# ---- timing a kernel for symbolic extents, in this process ----
+
+def prepare_shapes(target, family: Family, shapes, *, seed=0):
+    """Inputs, an empty output and the numerics oracle of each shape, on the target's device:
+    made once, for any number of kernels to be checked and timed at those shapes."""
+    import tvm  # noqa: PLC0415
+
+    from .measure.check import seeded_data  # noqa: PLC0415
+
+    dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    out = []
+    for i, shape in enumerate(shapes):
+        wl = family.workload(shape)
+        a, b, oracle = seeded_data(wl, seed + i)
+        out.append((wl, (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
+                         tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)), oracle))
+    # The references ran on numpy's BLAS threads, which spin for a while after a call: on a
+    # small CPU they would take the cores from the first kernels timed.
+    time.sleep(0.3)
+    return dev, out
+
+
+def time_shapes(executable, target, family: Family, shapes, *, prepared=None, repeat=3,
+                min_repeat_ms=20, check=True, seed=0) -> List[float]:
+    """Median seconds per call of the library's entry at each shape (numerics checked first,
+    every shape, then the timings); ``prepared``: ``prepare_shapes``'s answer, reused."""
+    from .measure.timing import time_module  # noqa: PLC0415
+
+    dev, cases = prepared or prepare_shapes(target, family, shapes, seed=seed)
+    main = executable.mod["main"]
+    if check:
+        for wl, args, oracle in cases:
+            main(*args)
+            wrong = oracle(args[2].numpy())
+            if wrong:
+                raise TvmExtError(f"family kernel is wrong for {wl}: {wrong}")
+    out = []
+    for wl, args, _ in cases:
+        costs = time_module(executable.mod, dev, args, timing="evaluator",
+                            number=max(1, int(2e8 // max(wl.flop, 1))), repeat=repeat,
+                            min_repeat_ms=min_repeat_ms)
+        out.append(float(np.median(costs)))
+    return out
+
+
+# ---- tuning ----
+
+@dataclass
+class FamilyReport:
+    buckets: List[Bucket]
+    tuned: List[Tuple[int, ...]]  # representatives tuned
+    candidates: int
+    curve: List[float]  # expected time (s) with 1, 2, ... kernels
+    routes: List[Tuple[str, int]]
+    tune_seconds: float = 0.0
+    rerank_seconds: float = 0.0
+
+    def lines(self) -> List[str]:
+        out = [f"{len(self.buckets)} buckets; {len(self.tuned)} representatives tuned; "
+               f"{self.candidates} candidate kernels timed at every bucket",
+               f"tuning {self.tune_seconds:.1f} s, re-ranking {self.rerank_seconds:.1f} s"]
+        if self.curve:
+            base = self.curve[0]
+            out.append("expected time by kernels in the library: " + ", ".join(
+                f"{i + 1}: {t * 1e3:.3f} ms ({base / t:.2f}x)" for i, t in
+                enumerate(self.curve)))
+        return out
+
+
+def pick_kernels(times: np.ndarray, weights: np.ndarray, max_kernels: int,
+                 min_gain: float = 0.05):
+    """Greedy choice of at most ``max_kernels`` candidates (rows of ``times``, seconds at each
+    bucket) minimising sum_b weights[b] * min over picks of times[c, b]. After the first pick,
+    a candidate is taken only if it makes some bucket at least ``min_gain`` faster (a kernel
+    that buys less than that everywhere is noise, not speed); among those, the one that
+    lowers the expected time the most. Returns (picks, expected time after each pick)."""
+    picks: List[int] = []
+    best = np.full(times.shape[1], np.inf)
+    curve = []
+    for _ in range(min(max_kernels, times.shape[0])):
+        totals = []
+        for c in range(times.shape[0]):
+            gains = times[c] < best * (1 - min_gain) if picks else np.ones(1, bool)
+            useful = c not in picks and bool(gains.any())
+            totals.append((np.minimum(best, times[c]) * weights).sum() if useful else np.inf)
+        c = int(np.argmin(totals))
+        if not np.isfinite(totals[c]):
+            break  # no candidate makes any bucket faster: another kernel buys nothing
+        picks.append(c)
+        best = np.minimum(best, times[c])
+        curve.append(float(totals[c]))
+    return picks, curve
+
+
+def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 8,
+                tuner: str = "xgb", template: Optional[str] = None, top: int = 3,
+                measure_options=None, seed: int = 0, progress=None):
+    """Tune a family into a library (see the module doc); the representatives' records and
+    the library line are appended to ``log``. Returns (Library, FamilyReport)."""
+    from .session import make_measurer, tune_task  # noqa: PLC0415
+
+    say = progress or (lambda msg: logger.info("tvm_ext: %s", msg))
+    target = parse_target(target)
+    if not family.enumerable:
+        raise WorkloadError(f"{family}: an axis of any size (?) needs a shape trace to be tuned")
+    if max_kernels < 1:
+        raise TvmExtError(f"--max-kernels must be at least 1, got {max_kernels}")
+    t = family_template(family, target, template)
+    rec.check_appendable(log)
+    buckets = make_buckets(family)
+    by_flop = sorted({b.rep for b in buckets}, key=lambda s: family.workload(s).flop)
+    reps = spread(by_flop, max_kernels)
+    say(f"{family}: {len(buckets)} buckets, tuning {len(reps)} representatives with "
+        f"{trials} trials each ({t.name})")
+    start = time.time()
+    measurer = make_measurer(target, measure_options)
+    try:
+        for i, shape in enumerate(reps):
+            task = Task(family.workload(shape), target, template=t.name)
+            s = tune_task(task, log, trials=trials, tuner=tuner, seed=seed + i, resume=True,
+                          transfer=[log], measurer=measurer)
+            say(f"  {task.workload}: best {s.best_cost * 1e3:.3f} ms "
+                f"({s.best_gflops:.1f} GFLOP/s)")
+    finally:
+        if hasattr(measurer, "close"):
+            measurer.close()
+    tune_seconds = time.time() - start
+    # Candidates: the best configs of each representative, as symbolic kernels.
+    records = rec.load(log)
+    cands: List[LibKernel] = []
+    seen = set()
+    for shape in reps:
+        for r in rec.ranked_for(records, family.workload(shape), target)[:top]:
+            if r.task_name != t.name:
+                continue
+            k = LibKernel(t.name, shape, r.config.to_json_dict(), True, r.result.mean)
+            key = (shape, json.dumps(k.config["entity"], sort_keys=True))
+            if key not in seen:
+                seen.add(key)
+                cands.append(k)
+    if not cands:
+        raise TvmExtError(f"{family}: no representative has a valid measured config "
+                          f"(see {log})")
+    start = time.time()
+    times = np.full((len(cands), len(buckets)), np.inf)
+    rep_shapes = [b.rep for b in buckets]
+    prepared = prepare_shapes(target, family, rep_shapes, seed=seed)
+    for ci, k in enumerate(cands):
+        try:
+            lib = compile_library(Library(family, target_str(target), [], [], k), target)
+            times[ci] = time_shapes(lib.executable, target, family, rep_shapes,
+                                    prepared=prepared, repeat=3, min_repeat_ms=10)
+        except Exception as err:  # noqa: BLE001  (a candidate that fails is not picked)
+            say(f"  candidate {ci} ({'x'.join(map(str, k.rep))}) dropped: "
+                f"{str(err).strip().splitlines()[-1] if str(err).strip() else err!r}")
+    rerank_seconds = time.time() - start
+    weights = np.array([b.scale for b in buckets])  # a bucket's time = its rep's x scale
+    picks, curve = pick_kernels(times, weights, max_kernels)
+    if not picks or not np.isfinite(curve[0]):
+        raise TvmExtError(f"{family}: no candidate kernel ran at every bucket")
+    kernels = [cands[c] for c in picks]
+    routes = []
+    for bi, b in enumerate(buckets):
+        idx = int(np.argmin([times[c, bi] for c in picks]))
+        routes.append((b.bounds, idx))
+    library = Library(family, target_str(target), kernels, routes,
+                      generic_kernel(family, target, t.name), curve)
+    rec.append(log, [json.dumps(library.to_json())])
+    report = FamilyReport(buckets, reps, len(cands), curve,
+                          [(b.describe(), i) for b, (_, i) in zip(buckets, routes)],
+                          tune_seconds, rerank_seconds)
+    return library, report
