@@ -48,12 +48,17 @@ class Choice:
     # For a record written by TVM <= 0.19 whose knobs meant something else: how it was
     # translated into ours (``tvm_ext.legacy``); empty for a record applied as is.
     translated: str = ""
+    # For a subgraph task: the record is its anchor matmul's (measured without the epilogue).
+    anchor: bool = False
 
     @property
     def how(self) -> str:
         if not self.tuned:
             return "fallback"
         how = f"tuned ({self.record_cost * 1e3:.4f} ms in log)"
+        if self.anchor:
+            how = f"tuned on the anchor matmul ({self.record_cost * 1e3:.4f} ms in log, " \
+                  "without the epilogue)"
         if self.translated:
             how += f", translated from {self.translated}"
         if self.completed:
@@ -172,21 +177,23 @@ class Kernel:
     def __call__(self, *tensors):
         self.module["main"](*tensors)
 
-    def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def run(self, a: np.ndarray, b: np.ndarray, *extras: np.ndarray) -> np.ndarray:
+        """The output for A, B (and a subgraph task's epilogue inputs: bias, residual)."""
         import tvm  # noqa: PLC0415
         dev = self.device
         wl = self.task.workload
-        out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-        self(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), out)
+        out = tvm.runtime.empty(wl.out_shape, wl.final_dtype, dev)
+        self(*(tvm.runtime.tensor(x, dev) for x in (a, b, *extras)), out)
         return out.numpy()
 
-    def time(self, a: np.ndarray, b: np.ndarray, *, number=10, repeat=5) -> float:
+    def time(self, a: np.ndarray, b: np.ndarray, *extras: np.ndarray, number=10,
+             repeat=5) -> float:
         """Median seconds per run."""
         import tvm  # noqa: PLC0415
         dev = self.device
         wl = self.task.workload
-        args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
-                tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev))
+        args = (*(tvm.runtime.tensor(x, dev) for x in (a, b, *extras)),
+                tvm.runtime.empty(wl.out_shape, wl.final_dtype, dev))
         timer = self.module.time_evaluator("main", dev, number=number, repeat=repeat)
         return float(np.median(timer(*args).results))
 
@@ -203,11 +210,21 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     target = parse_target(target)
     ctx = current()
     choice = completed = None
-    for best in (ctx.query(workload, target) if ctx is not None else []):
-        task = Task(workload, target, template=best.task_name)
+    # A subgraph task (a matmul with an epilogue) takes the records of its own subgraph first,
+    # then those of its anchor matmul (measured without the epilogue: marked as such).
+    candidates = [(r, False) for r in (ctx.query(workload, target) if ctx else [])]
+    if workload.epilogue and ctx is not None:
+        candidates += [(r, True) for r in ctx.query(workload.anchor, target)]
+    for best, anchor in candidates:
+        label = f"{workload}: {best.task_name} record " \
+                f"{'of the anchor matmul ' if anchor else ''}tuned on {describe(best.target)}"
+        try:
+            task = Task(workload, target, template=best.task_name)
+        except TvmExtError as err:  # e.g. a wgmma record: that template has no epilogue
+            ctx.report.skipped.append(f"{label}: {err}")
+            continue
         if schedulable and not task.template.schedulable:
             continue
-        label = f"{workload}: {best.task_name} record tuned on {describe(best.target)}"
         try:  # what the record's knobs meant in the TVM version that wrote it
             meaning = legacy.translate(best, task.space)
         except SpaceError as err:  # no space of this template for the shape
@@ -224,7 +241,7 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
             ctx.report.skipped.append(f"{label}: {'; '.join(fit.problems)}")
             continue
         found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
-                              fit.completed, meaning.reason if meaning.values else ""))
+                              fit.completed, meaning.reason if meaning.values else "", anchor))
         if not fit.completed:
             task, choice = found
             break

@@ -513,7 +513,7 @@ def prepare_shapes(target, family: Family, shapes, *, seed=0):
     out = []
     for i, shape in enumerate(shapes):
         wl = family.workload(shape)
-        a, b, oracle = seeded_data(wl, seed + i)
+        (a, b), oracle = seeded_data(wl, seed + i)
         out.append((wl, (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
                          tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)), oracle))
     # The references ran on numpy's BLAS threads, which spin for a while after a call: on a

@@ -77,6 +77,10 @@ def design_space(task: Task):
     if not task.template.schedulable:
         raise TemplateError(f"{task.name} writes its kernel itself: it has no schedule for "
                             "MetaSchedule's design space")
+    if task.workload.epilogue:
+        raise TemplateError(f"{task.workload}: the MetaSchedule bridge holds bare matmuls; a "
+                            "subgraph task is tuned with tvm_ext's own tuners")
+
     def space(sch):
         _apply(sch, task)  # returns None: MetaSchedule keeps sch
 
@@ -112,8 +116,8 @@ def export_records(records: List[Record], work_dir: str, target) -> int:
     count = 0
     for rec in pick_best(records, target).values():
         task = Task(rec.workload, target, template=rec.task_name)
-        if not task.template.schedulable:
-            continue  # a kernel template (wgmma): no schedule trace for MetaSchedule to hold
+        if not task.template.schedulable or rec.workload.epilogue:
+            continue  # a kernel template (wgmma), a subgraph task: no plain-matmul trace
         index = task.space.index_of(rec.config)
         if index is None:
             continue  # a config from another version of the space: no decisions to give

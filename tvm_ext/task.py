@@ -66,7 +66,7 @@ class Task:
         wl = self.workload
         axes = {"B": wl.batch, "M": wl.M, "N": wl.N, "K": wl.K}
         facts = {**self.facts, "layout": wl.layout, "dtype": wl.dtype,
-                 "out_dtype": wl.out_dtype}
+                 "out_dtype": wl.out_dtype, "epilogue": wl.epilogue}
         return build_space(self.spec, axes, facts)
 
     # ---- configs: the space's index, the fallback, and completing a partial config ----

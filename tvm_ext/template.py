@@ -8,6 +8,10 @@
 - ``KernelTemplate``: ``kernel(workload, cfg, facts, target)`` writes the PrimFunc itself, for
   instructions TVM's schedule primitives cannot reach (wgmma). It has no schedule.
 
+A subgraph task (``Workload.epilogue``: bias, activation, cast, requantize after the matmul) is
+the template's kernel with ``epilogue_compute``'s blocks after the matmul, computed in its
+write-back (``ScheduleTemplate.schedule_fused``); a KernelTemplate takes none.
+
 Both have the same rest: knobs as data in ``tuning_spaces/<name>.json`` (axes named M, N, K, B),
 ``fallback(space, workload, facts)`` -> knob values to use without a tuned record, and
 ``check(workload, facts)`` -> None when the template applies, else the reason it does not.
@@ -20,6 +24,63 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
 ALL_LAYOUTS = ("NN", "NT", "TN", "TT")
+
+
+# ---- the epilogue of a subgraph task, computed after the matmul ----
+
+#: The names of the epilogue's blocks: EPILOGUE_BLOCK.format(i) for its i-th op.
+EPILOGUE_BLOCK = "E{}"
+
+
+def epilogue_compute(wl, C):
+    """TE tensors of ``wl``'s epilogue on the matmul output ``C``: ([extra placeholders in
+    ``wl.epilogue_inputs()`` order], the output). One block per op, ``EPILOGUE_BLOCK``."""
+    import math  # noqa: PLC0415
+
+    from tvm import te, tirx  # noqa: PLC0415
+
+    from .workload import epilogue_dtypes, parse_epilogue  # noqa: PLC0415
+
+    def op_of(name, arg, dt, X):
+        """fn(x, idx) of one op (x: the value so far, idx: the output index)."""
+        if name == "bias":
+            return lambda x, idx: x + X[idx[-1]]
+        if name == "residual":
+            return lambda x, idx: x + X(*idx)
+        if name == "relu":
+            return lambda x, idx: tirx.max(x, tirx.const(0, dt))
+        if name == "gelu":
+            half, rsqrt2 = tirx.const(0.5, dt), tirx.const(1 / math.sqrt(2), dt)
+            return lambda x, idx: x * (half + tirx.erf(x * rsqrt2) * half)
+        if name == "silu":
+            return lambda x, idx: x * tirx.sigmoid(x)
+        if name == "exp":
+            return lambda x, idx: tirx.exp(x)
+        if name == "scale":
+            return lambda x, idx: x * tirx.const(float(arg), dt)
+        if name == "cast":
+            return lambda x, idx: x.astype(arg)
+        scale = tirx.const(float(arg), "float32")  # requant: int32 -> int8
+        lo, hi = tirx.const(-128.0, "float32"), tirx.const(127.0, "float32")
+        return lambda x, idx: tirx.min(tirx.max(tirx.nearbyint(x.astype("float32") * scale),
+                                                lo), hi).astype("int8")
+
+    def block(cur, fn):
+        return lambda *idx: fn(cur(*idx), idx)
+
+    extras = []
+    cur = C
+    dtypes = epilogue_dtypes(wl.epilogue, wl.out_dtype)
+    inputs = iter(wl.epilogue_inputs())
+    for i, (name, arg) in enumerate(parse_epilogue(wl.epilogue)):
+        X = None
+        if name in ("bias", "residual"):
+            pname, shape, pdt = next(inputs)
+            X = te.placeholder(shape, pdt, name=pname)
+            extras.append(X)
+        cur = te.compute(C.shape, block(cur, op_of(name, arg, dtypes[i], X)),
+                         name=EPILOGUE_BLOCK.format(i))
+    return extras, cur
 
 
 @dataclass(frozen=True)
@@ -84,13 +145,33 @@ class ScheduleTemplate(Template):
         return self.compute.__module__
 
     def make_func(self, workload, config, facts, target):
+        """The kernel of a workload; a subgraph task's epilogue (``workload.epilogue``) is
+        computed in the write-back of the template's schedule of its anchor matmul."""
         import tvm  # noqa: PLC0415
         from tvm import s_tir, te  # noqa: PLC0415
 
-        tensors = self.compute(workload, config)
+        anchor = workload.anchor
+        tensors = self.compute(anchor, config)
+        if workload.epilogue:
+            extras, out = epilogue_compute(workload, tensors[-1])
+            tensors = tensors[:2] + extras + [out]
         sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
-        self.schedule(sch, config, workload, facts)
+        if workload.epilogue:
+            n = len(workload.epilogue.split("+"))
+            self.schedule_fused(sch, config, anchor, facts,
+                                [EPILOGUE_BLOCK.format(i) for i in range(n)])
+        else:
+            self.schedule(sch, config, workload, facts)
         return sch.mod["main"]
+
+    def schedule_fused(self, sch, config, anchor, facts, epilogue):
+        """The template's schedule of the matmul with elementwise blocks ``epilogue`` after
+        it: all but the last are inlined into the last, which is computed in the matmul's
+        write-back (registers -> output, one pass)."""
+        for name in epilogue[:-1]:
+            sch.compute_inline(sch.get_sblock(name))
+        self.schedule(sch, config, anchor, facts)
+        sch.reverse_compute_inline(sch.get_sblock(epilogue[-1]))
 
 
 @dataclass(frozen=True)
@@ -104,6 +185,11 @@ class KernelTemplate(Template):
     @property
     def module(self) -> str:
         return self.kernel.__module__
+
+    def why_not(self, workload, facts) -> Optional[str]:
+        if workload.epilogue:
+            return f"{self.name} writes its own kernel, without epilogues"
+        return super().why_not(workload, facts)
 
     def make_func(self, workload, config, facts, target):
         return self.kernel(workload, config, facts, target)

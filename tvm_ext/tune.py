@@ -93,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape-trace", metavar="FILE",
                    help="shape family: how often each shape occurs (lines 'BxMxNxK [count]'); "
                         "default: every shape of the family equally often")
+    p.add_argument("--subgraphs", action="store_true",
+                   help="--model: tune each matmul fused with the elementwise ops after it as "
+                        "one subgraph task, as tvm_ext.relax.build(..., fuse_epilogue=True) "
+                        "runs it")
     p.add_argument("--size", action="append", default=[], metavar="VAR=VALUES",
                    help="--model: the values a symbolic size of the model takes (n=1..2048:16);"
                         " its matmuls are tuned as shape families over them (repeatable)")
@@ -239,7 +243,7 @@ def _tune_model(args) -> int:
         Dim.parse(values, name.strip())  # a malformed range: one line before anything runs
         sizes[name.strip()] = values.strip()
     mod = load_model(args.model)
-    tasks = extract_tasks(mod, args.target_obj)
+    tasks = extract_tasks(mod, args.target_obj, subgraphs=args.subgraphs)
     families = extract_families(mod, args.target_obj)
     print(f"model {args.model}: {len(tasks)} tunable matmul workloads"
           f"{f' and {len(families)} shape families' if families else ''} on "
@@ -265,7 +269,7 @@ def _tune_model(args) -> int:
     if tasks:
         results = tune_model(mod, args.target_obj, trials=args.trials, log=log,
                              tuner=args.tuner, seed=args.seed,
-                             measure_options=args.measure_options)
+                             measure_options=args.measure_options, subgraphs=args.subgraphs)
         for wl, n, budget, s in results:
             print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s")
     if sizes:
@@ -371,6 +375,8 @@ def run(argv: Optional[List[str]] = None) -> int:
 
     args.target_obj = parse_target(args.target)
     args.measure_options = _measure_options(args)
+    if args.subgraphs and not args.model:
+        raise TvmExtError("--subgraphs is for --model (a model's fused matmuls)")
     if args.model:
         return _tune_model(args)
     if args.shape is not None and is_family_text(args.shape):

@@ -56,6 +56,9 @@ class Workload:
     dtype: str = "float32"
     out_dtype: str = "float32"
     layout: str = "NT"
+    # The elementwise ops fused after the matmul (a subgraph task), e.g. "bias+gelu",
+    # "cast:float16", "requant:0.05"; "" for the bare matmul (see ``parse_epilogue``).
+    epilogue: str = ""
 
     def __post_init__(self):
         if self.op not in OPS:
@@ -75,6 +78,9 @@ class Workload:
                                 f"inputs (allowed: {', '.join(OUT_DTYPES[self.dtype])})")
         if self.layout not in LAYOUTS:
             raise WorkloadError(f"unknown layout '{self.layout}' (known: {', '.join(LAYOUTS)})")
+        if not isinstance(self.epilogue, str):
+            raise WorkloadError(f"epilogue must be a string, got {self.epilogue!r}")
+        epilogue_dtypes(self.epilogue, self.out_dtype)  # WorkloadError naming the bad op
         for name, shape, _ in self.buffers():
             n = math.prod(shape)
             if n > MAX_ELEMENTS:
@@ -85,7 +91,8 @@ class Workload:
     # ---- construction ----
     @staticmethod
     def create(op: str, shape: Sequence[int], dtype: str = "float32",
-               out_dtype: Optional[str] = None, layout: str = "NT") -> "Workload":
+               out_dtype: Optional[str] = None, layout: str = "NT",
+               epilogue: str = "") -> "Workload":
         """From (B, M, N, K) for batch_matmul, (M, N, K) or (1, M, N, K) for dense."""
         shape = tuple(shape)
         if op == "dense" and len(shape) == 3:
@@ -94,7 +101,7 @@ class Workload:
             want = "BxMxNxK" if op == "batch_matmul" else "MxNxK"
             raise WorkloadError(f"{op} needs a shape {want}, got {'x'.join(map(str, shape))}")
         return Workload(op, *shape, dtype=dtype, out_dtype=out_dtype or default_out_dtype(dtype),
-                        layout=layout)
+                        layout=layout, epilogue=epilogue)
 
     def with_(self, **changes) -> "Workload":
         return replace(self, **changes)
@@ -122,10 +129,34 @@ class Workload:
     def out_shape(self) -> Tuple[int, ...]:
         return (self.M, self.N) if self.op == "dense" else (self.batch, self.M, self.N)
 
+    # ---- the epilogue of a subgraph task ----
+    @property
+    def anchor(self) -> "Workload":
+        """The bare matmul of a subgraph task (itself when it has no epilogue)."""
+        return replace(self, epilogue="") if self.epilogue else self
+
+    @property
+    def final_dtype(self) -> str:
+        """The dtype of what the kernel writes: out_dtype, or the epilogue's last cast."""
+        return epilogue_dtypes(self.epilogue, self.out_dtype)[-1]
+
+    def epilogue_inputs(self) -> List[Tuple[str, Tuple[int, ...], str]]:
+        """(name, shape, dtype) of the epilogue's extra inputs: a bias is a vector of N, a
+        residual is shaped as the output; each in the dtype the epilogue has at that op."""
+        out = []
+        dtypes = epilogue_dtypes(self.epilogue, self.out_dtype)
+        for i, (name, _) in enumerate(parse_epilogue(self.epilogue)):
+            if name == "bias":
+                out.append((f"bias{i}", (self.N,), dtypes[i]))
+            elif name == "residual":
+                out.append((f"residual{i}", self.out_shape, dtypes[i]))
+        return out
+
     def buffers(self) -> List[Tuple[str, Tuple[int, ...], str]]:
-        """(name, shape, dtype) of the inputs A, B and the output C."""
+        """(name, shape, dtype) of the inputs A, B (then the epilogue's inputs) and the
+        output C, in the kernel's argument order."""
         return [("A", self.a_shape, self.dtype), ("B", self.b_shape, self.dtype),
-                ("C", self.out_shape, self.out_dtype)]
+                *self.epilogue_inputs(), ("C", self.out_shape, self.final_dtype)]
 
     def buffer_bytes(self) -> List[Tuple[str, int]]:
         """(name, bytes) of A, B and C."""
@@ -144,7 +175,7 @@ class Workload:
     def key(self) -> tuple:
         """What identifies a workload in logs and at apply time (not the template)."""
         return (self.op, self.batch, self.M, self.N, self.K, self.dtype, self.out_dtype,
-                self.layout)
+                self.layout, self.epilogue)
 
     def shape_str(self) -> str:
         dims = (self.M, self.N, self.K) if self.op == "dense" else \
@@ -153,25 +184,37 @@ class Workload:
 
     def __str__(self):
         out = "" if self.out_dtype == default_out_dtype(self.dtype) else f"->{self.out_dtype}"
-        return f"{self.op} {self.shape_str()} {self.dtype}{out} {self.layout}"
+        epi = f" +{self.epilogue}" if self.epilogue else ""
+        return f"{self.op} {self.shape_str()} {self.dtype}{out} {self.layout}{epi}"
 
     # ---- AutoTVM argument tuple ----
     def to_args(self) -> List[Any]:
+        """The AutoTVM argument list; a subgraph task's ends with {"epilogue": ...}."""
         a = ["TENSOR", list(self.a_shape), self.dtype]
         b = ["TENSOR", list(self.b_shape), self.dtype]
+        epi = [{"epilogue": self.epilogue}] if self.epilogue else []
         if self.op == "batch_matmul":
             return [a, b, list(self.out_shape), self.out_dtype, self.transpose_a,
-                    self.transpose_b]
-        if self.layout == "NT":
+                    self.transpose_b, *epi]
+        if self.layout == "NT" and not epi:
             return [a, b, None, self.out_dtype]
-        return [a, b, None, self.out_dtype, self.transpose_a, self.transpose_b]
+        return [a, b, None, self.out_dtype, self.transpose_a, self.transpose_b, *epi]
 
     @staticmethod
     def from_args(op: str, args: Sequence[Any]) -> "Workload":
         """Parse an AutoTVM args tuple (any of the historical forms)."""
         try:
             if op in OPS:
-                return _matmul_from_args(op, args)
+                args = list(args)
+                epilogue = ""
+                if args and isinstance(args[-1], dict):
+                    extra = args.pop()
+                    unknown = set(extra) - {"epilogue"}
+                    if unknown:
+                        raise WorkloadError(f"unknown {op} argument(s) {sorted(unknown)}")
+                    epilogue = extra.get("epilogue") or ""
+                wl = _matmul_from_args(op, args)
+                return replace(wl, epilogue=epilogue) if epilogue else wl
         except (TypeError, ValueError, IndexError, KeyError) as err:
             if isinstance(err, WorkloadError):
                 raise
@@ -202,6 +245,57 @@ def _matmul_from_args(op: str, args) -> Workload:
                             "is not supported")
     return Workload(op, sa[0] if ndim == 3 else 1, M, N, K, da, out_dtype,
                     ("T" if ta else "N") + ("T" if tb else "N"))
+
+
+# ---- epilogues: the elementwise ops a subgraph task computes after its matmul ----
+
+#: Ops of an epilogue, "+"-separated in order: bias (a vector of N added), residual (a tensor
+#: shaped as the output added), relu, gelu (erf form), silu, exp, scale:<float> (a constant
+#: factor), cast:<dtype>, requant:<scale> (int32 -> int8: scaled, rounded half to even,
+#: clipped to [-128, 127]).
+EPILOGUE_OPS = ("bias", "residual", "relu", "gelu", "silu", "exp", "scale", "cast", "requant")
+
+
+def parse_epilogue(text: str) -> List[Tuple[str, Optional[str]]]:
+    """'bias+gelu+cast:float16' -> [('bias', None), ('gelu', None), ('cast', 'float16')]."""
+    out = []
+    for item in (text.split("+") if text else []):
+        name, colon, arg = item.strip().partition(":")
+        if name not in EPILOGUE_OPS:
+            raise WorkloadError(f"unknown epilogue op '{item}' (known: "
+                                f"{', '.join(EPILOGUE_OPS)})")
+        takes = name in ("scale", "cast", "requant")
+        if takes != bool(colon and arg):
+            want = f"needs a value ({name}:VALUE)" if takes else "takes no value"
+            raise WorkloadError(f"epilogue op '{item}': {name} {want}")
+        out.append((name, arg if takes else None))
+    return out
+
+
+def epilogue_dtypes(text: str, out_dtype: str) -> List[str]:
+    """The dtype going into each op of an epilogue, then the final one (len(ops) + 1)."""
+    cur, out = out_dtype, []
+    for name, arg in parse_epilogue(text):
+        out.append(cur)
+        if name == "cast":
+            if arg not in DTYPES:
+                raise WorkloadError(f"epilogue cast to unknown dtype '{arg}'")
+            cur = arg
+        elif name in ("scale", "requant"):
+            try:
+                value = float(arg)
+            except ValueError:
+                raise WorkloadError(f"epilogue {name}:{arg}: not a number") from None
+            if not (math.isfinite(value) and value > 0):
+                raise WorkloadError(f"epilogue {name}:{arg}: must be a positive number")
+            if name == "requant":
+                if cur != "int32":
+                    raise WorkloadError(f"epilogue requant needs an int32 accumulator, not {cur}")
+                cur = "int8"
+        elif name in ("relu", "gelu", "silu", "exp") and not cur.startswith(("float", "bf")) \
+                and name != "relu":
+            raise WorkloadError(f"epilogue {name} needs a float value, not {cur}")
+    return out + [cur]
 
 
 def default_out_dtype(dtype: str) -> str:

@@ -6,24 +6,13 @@ import shutil
 import pytest
 
 import tvm_ext.family as F
+from family_helpers import fallback_library
 from cuda_helpers import nvcc_cubin
 from tvm_ext.target import cuda_target
 from tvm_ext.workload import Family
 
 SEED = "1,2,3,4,5,6,7,8,10,12,14,16,18,20,22,24x512..16384:512x512x64"
 TARGET = cuda_target("sm_90")
-
-
-def _library(fam, n_kernels):
-    """Bucket kernels from the template's fallback configs at ``n_kernels`` representatives
-    spread over the family (distinct tilings), every bucket routed to one of them."""
-    buckets = F.make_buckets(fam)
-    reps = F.spread(sorted({b.rep for b in buckets}, key=lambda s: fam.workload(s).flop),
-                    n_kernels)
-    t = F.family_template(fam, TARGET)
-    kernels = [F.LibKernel(t.name, r, {}, tuned=False) for r in reps]
-    routes = [(b.bounds, i % len(kernels)) for i, b in enumerate(buckets)]
-    return F.Library(fam, "cuda", kernels, routes, F.generic_kernel(fam, TARGET))
 
 
 def _source(lib):
@@ -34,7 +23,7 @@ def _source(lib):
 def test_seed_family_library_compiles_with_nvcc():
     fam = Family.parse(SEED, "batch_matmul")
     assert len(fam.shapes()) == 512
-    lib = F.compile_library(_library(fam, 4), TARGET)
+    lib = F.compile_library(fallback_library(fam, TARGET, 4, "cuda"), TARGET)
     src = _source(lib)
     # One kernel per library kernel and the generic one (the entry's launches).
     assert src.count("__global__") >= 5

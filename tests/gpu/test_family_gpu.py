@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tvm_ext.family as F
+from family_helpers import fallback_library
 from tvm_ext.measure.check import OutputCheck, random_inputs
 from tvm_ext.workload import Family
 
@@ -19,16 +20,6 @@ def _target():
     return t
 
 
-def _library(fam, target, n_kernels):
-    buckets = F.make_buckets(fam)
-    reps = F.spread(sorted({b.rep for b in buckets}, key=lambda s: fam.workload(s).flop),
-                    n_kernels)
-    t = F.family_template(fam, target)
-    kernels = [F.LibKernel(t.name, r, {}, tuned=False) for r in reps]
-    routes = [(b.bounds, i % len(kernels)) for i, b in enumerate(buckets)]
-    return F.Library(fam, "cuda", kernels, routes, F.generic_kernel(fam, target))
-
-
 @pytest.mark.parametrize("text,dtype,layout", [
     ("1,2,3,5,8,13,21,24x512..4096:512x512x64", "float32", "NT"),   # seed signature
     ("1..4x100..700:150x96x72", "float16", "NN"),                   # odd sizes, f16
@@ -37,7 +28,7 @@ def test_family_library_every_shape(text, dtype, layout, tmp_path):
     import tvm
     target = _target()
     fam = Family.parse(text, "batch_matmul", dtype, layout=layout)
-    lib = F.compile_library(_library(fam, target, 3), target)
+    lib = F.compile_library(fallback_library(fam, target, 3, "cuda"), target)
     so = tmp_path / "fam.so"
     lib.export_library(so)
     run = tvm.runtime.load_module(str(so))["main"]

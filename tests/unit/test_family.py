@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tvm_ext.family as F
+from family_helpers import fallback_library
 from tvm_ext.measure.check import random_inputs, reference_matmul
 from tvm_ext import record
 from tvm_ext.dispatch import apply_history_best
@@ -123,13 +124,7 @@ def test_library_of_bucket_kernels_is_right_for_every_shape(tmp_path):
     different tilings), and shapes outside the family through the generic kernel."""
     import tvm
     fam = Family.parse("1..8x64..2048:64x512x64", "batch_matmul")
-    buckets = F.make_buckets(fam)
-    reps = F.spread(sorted({b.rep for b in buckets}, key=lambda s: fam.workload(s).flop), 4)
-    t = F.family_template(fam, CPU)
-    kernels = [F.LibKernel(t.name, r, {}, tuned=False) for r in reps]
-    routes = [(b.bounds, i % len(kernels)) for i, b in enumerate(buckets)]
-    library = F.Library(fam, "llvm", kernels, routes, F.generic_kernel(fam, CPU))
-    lib = F.compile_library(library, CPU)
+    lib = F.compile_library(fallback_library(fam, CPU, 4, "llvm"), CPU)
     so = tmp_path / "fam.so"
     lib.export_library(so)
     loaded = tvm.runtime.load_module(str(so))["main"]

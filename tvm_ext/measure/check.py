@@ -21,17 +21,68 @@ def np_dtype(dtype: str):
     return np.dtype(dtype)
 
 
+def _random(shape, dtype, rng):
+    if dtype.startswith("int") or dtype.startswith("uint"):
+        lo = 0 if dtype.startswith("u") else -4
+        return rng.integers(lo, 4, size=shape).astype(dtype)
+    return rng.uniform(-1, 1, size=shape).astype(np_dtype(dtype))
+
+
 def random_inputs(wl: Workload, rng: np.random.Generator) -> List[np.ndarray]:
     """A and B for ``wl``: small integers for integer dtypes (products stay exact in int32),
     uniform in [-1, 1) for floats."""
-    arrays = []
-    for shape in (wl.a_shape, wl.b_shape):
-        if wl.dtype.startswith("int") or wl.dtype.startswith("uint"):
-            lo = 0 if wl.dtype.startswith("u") else -4
-            arrays.append(rng.integers(lo, 4, size=shape).astype(wl.dtype))
-        else:
-            arrays.append(rng.uniform(-1, 1, size=shape).astype(np_dtype(wl.dtype)))
-    return arrays
+    return [_random(shape, wl.dtype, rng) for shape in (wl.a_shape, wl.b_shape)]
+
+
+def kernel_inputs(wl: Workload, rng: np.random.Generator) -> List[np.ndarray]:
+    """Every input of the kernel, in its argument order: A, B, then a subgraph task's
+    epilogue inputs (a bias, a residual)."""
+    return random_inputs(wl, rng) + [_random(shape, dtype, rng)
+                                     for _, shape, dtype in wl.epilogue_inputs()]
+
+
+def apply_epilogue(wl: Workload, x: np.ndarray, extras: List[np.ndarray], n_idx=None,
+                   out_idx=None) -> np.ndarray:
+    """``wl``'s epilogue on matmul results ``x`` (float64 / int64), as the kernel computes it:
+    each op in the dtype it has there (``epilogue_dtypes``), the casts rounding. ``x`` is the
+    whole output, or the values at the sampled positions ``out_idx`` (whose N indices are
+    ``n_idx``); ``extras`` are the epilogue's inputs."""
+    import math  # noqa: PLC0415
+
+    from ..workload import epilogue_dtypes, parse_epilogue  # noqa: PLC0415
+
+    try:
+        from scipy.special import erf  # noqa: PLC0415  (xgboost brings scipy)
+    except ImportError:  # numpy has no erf
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+    sqrt = math.sqrt
+    dtypes = epilogue_dtypes(wl.epilogue, wl.out_dtype)
+    extras = iter(extras)
+    x = x.astype(np_dtype(wl.out_dtype)).astype(np.float64)  # the accumulator's rounding
+    for i, (name, arg) in enumerate(parse_epilogue(wl.epilogue)):
+        if name == "bias":
+            bias = next(extras).astype(np.float64)
+            x = x + (bias if n_idx is None else bias[n_idx])
+        elif name == "residual":
+            res = next(extras).astype(np.float64)
+            x = x + (res if out_idx is None else res[out_idx])
+        elif name == "relu":
+            x = np.maximum(x, 0)
+        elif name == "gelu":
+            x = x * (0.5 + 0.5 * erf(x / sqrt(2)))
+        elif name == "silu":
+            x = x / (1 + np.exp(-x))
+        elif name == "exp":
+            x = np.exp(x)
+        elif name == "scale":
+            x = x * float(arg)
+        elif name == "cast":
+            x = x.astype(np_dtype(arg)).astype(np.float64)
+        else:  # requant
+            x = np.clip(np.rint(x * float(arg)), -128, 127)
+        if name not in ("cast", "requant") and not dtypes[i + 1].startswith(("int", "uint")):
+            x = x.astype(np_dtype(dtypes[i + 1])).astype(np.float64)
+    return x
 
 
 def reference_matmul(wl: Workload, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -46,11 +97,20 @@ def reference_matmul(wl: Workload, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def tolerance(wl: Workload):
     """(rtol, atol) for comparing a kernel with the float64 reference."""
-    if wl.dtype.startswith(("int", "uint")):
+    if "requant" in wl.epilogue:
+        return 0.0, 1.0  # x * scale in f32 against f64: a half may round the other way
+    if wl.dtype.startswith(("int", "uint")) and wl.final_dtype.startswith(("int", "uint")):
         return 0.0, 0.0
-    if wl.dtype in ("float16", "bfloat16") or wl.out_dtype in ("float16", "bfloat16"):
+    if wl.final_dtype in ("float16", "bfloat16"):
         return 2e-2, 2e-2 * max(1.0, np.sqrt(wl.K) / 4)
-    return 1e-4, 1e-4 * max(1.0, np.sqrt(wl.K) / 4)
+    if wl.dtype in ("float16", "bfloat16") or wl.out_dtype in ("float16", "bfloat16"):
+        rtol, atol = 2e-2, 2e-2 * max(1.0, np.sqrt(wl.K) / 4)
+    else:
+        rtol, atol = 1e-4, 1e-4 * max(1.0, np.sqrt(wl.K) / 4)
+    if "exp" in wl.epilogue.split("+"):
+        # exp turns the matmul's absolute error into a relative one, on values up to e^|x|
+        rtol = max(rtol, atol)
+    return rtol, atol
 
 
 class OutputCheck:
@@ -62,13 +122,15 @@ class OutputCheck:
     whole-tensor NaN test still proves every element was written.
     """
 
-    def __init__(self, wl: Workload, a: np.ndarray, b: np.ndarray, *, seed: int = 0,
+    def __init__(self, wl: Workload, a: np.ndarray, b: np.ndarray, *, extras=(), seed: int = 0,
                  max_full: int = 1 << 24, sample_work: int = 1 << 27):
         self.wl = wl
         self.rtol, self.atol = tolerance(wl)
         size = int(np.prod(wl.out_shape))
         if size <= max_full:
             self.idx, self.ref = None, reference_matmul(wl, a, b)
+            if wl.epilogue:
+                self.ref = apply_epilogue(wl, self.ref, list(extras))
             return
         rng = np.random.default_rng(seed + 1)
         n = int(min(size, max(4096, min(1 << 20, sample_work // wl.K))))
@@ -82,10 +144,13 @@ class OutputCheck:
             rows = a_mk[self.idx[0], self.idx[1]]
             cols = b_nk[self.idx[0], self.idx[2]]
         self.ref = np.einsum("nk,nk->n", rows.astype(acc), cols.astype(acc))
+        if wl.epilogue:
+            self.ref = apply_epilogue(wl, self.ref, list(extras), n_idx=self.idx[-1],
+                                      out_idx=self.idx)
 
     def __call__(self, out: np.ndarray) -> Optional[str]:
         """None if the output is right, else what is wrong (one line)."""
-        floating = not self.wl.out_dtype.startswith(("int", "uint"))
+        floating = not self.wl.final_dtype.startswith(("int", "uint"))
         if self.idx is not None and floating:
             unwritten = int(np.isnan(out).sum())
             if unwritten:
@@ -101,6 +166,7 @@ class OutputCheck:
 
 
 def seeded_data(wl: Workload, seed: int):
-    """(A, B, OutputCheck) drawn from ``seed``: every measurer checks the same inputs."""
-    a, b = random_inputs(wl, np.random.default_rng(seed))
-    return a, b, OutputCheck(wl, a, b, seed=seed)
+    """([the kernel's inputs: A, B, epilogue inputs], OutputCheck) drawn from ``seed``: every
+    measurer checks the same inputs."""
+    inputs = kernel_inputs(wl, np.random.default_rng(seed))
+    return inputs, OutputCheck(wl, inputs[0], inputs[1], extras=inputs[2:], seed=seed)

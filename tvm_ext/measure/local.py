@@ -51,9 +51,9 @@ class LocalMeasurer:
         if task.target.kind.name == "llvm":
             use_host_cores()
         try:
-            a, b, check = inputs_for(task.workload, opts.seed)
+            inputs, check = inputs_for(task.workload, opts.seed)
             mod = ex.mod if hasattr(ex, "mod") else ex
-            kind, payload = run_arrays(task.workload, mod, dev, a, b,
+            kind, payload = run_arrays(task.workload, mod, dev, inputs,
                                        check if opts.check else None, opts)
         except Exception as err:  # noqa: BLE001
             return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, error_line(err),

@@ -32,22 +32,23 @@ from .worker import Worker, drain, remove_quietly, task_in_worker
 Built = Tuple[int, str, float]  # (k, library path, build seconds)
 
 
-def run_arrays(wl, mod, dev, a, b, check, options: RunOptions, *, tensor=None):
-    """Run a loaded module once on NaN-poisoned output, check it (``check(output)`` -> problem
-    or None), then time it. Returns ("ok", costs) or ("wrong", problem). ``tensor`` makes
-    device tensors (local or remote)."""
+def run_arrays(wl, mod, dev, inputs, check, options: RunOptions, *, tensor=None):
+    """Run a loaded module once on ``inputs`` (A, B, a subgraph's epilogue inputs) and a
+    NaN-poisoned output, check it (``check(output)`` -> problem or None), then time it.
+    Returns ("ok", costs) or ("wrong", problem). ``tensor`` makes device tensors (local or
+    remote)."""
     import tvm  # noqa: PLC0415
     tensor = tensor or (lambda arr: tvm.runtime.tensor(arr, dev))
-    poison = np.full(wl.out_shape, np.nan if wl.out_dtype.startswith(("float", "bf")) else -7,
-                     dtype=wl.out_dtype)
-    ta, tb, tc = tensor(a), tensor(b), tensor(poison)
-    mod["main"](ta, tb, tc)
+    out = wl.final_dtype
+    poison = np.full(wl.out_shape, np.nan if out.startswith(("float", "bf")) else -7, dtype=out)
+    args = [tensor(x) for x in inputs] + [tensor(poison)]
+    mod["main"](*args)
     dev.sync()
     if check is not None:
-        problem = check(tc.numpy())
+        problem = check(args[-1].numpy())
         if problem:
             return ("wrong", problem)
-    return ("ok", time_module(mod, dev, (ta, tb, tc), timing=options.timing,
+    return ("ok", time_module(mod, dev, tuple(args), timing=options.timing,
                               number=options.number, repeat=options.repeat,
                               min_repeat_ms=options.min_repeat_ms,
                               cache_flush=options.cache_flush))
@@ -55,7 +56,7 @@ def run_arrays(wl, mod, dev, a, b, check, options: RunOptions, *, tensor=None):
 
 @functools.lru_cache(maxsize=1)
 def inputs_for(workload, seed: int):
-    """(A, B, OutputCheck) of a workload, kept for the last one measured (in a runner process,
+    """(inputs, OutputCheck) of a workload, kept for the last one measured (in a runner process,
     or in the parent for the RPC runner)."""
     return seeded_data(workload, seed)
 
@@ -115,8 +116,9 @@ def run_in_worker(task_payload, path, device_id, options: RunOptions):
     dev = tvm.cuda(device_id) if task.target.kind.name == "cuda" else tvm.cpu(device_id)
     mod = _loaded(path)
     _loaded.cache_clear()
-    a, b, check = inputs_for(task.workload, options.seed)
-    return run_arrays(task.workload, mod, dev, a, b, check if options.check else None, options)
+    inputs, check = inputs_for(task.workload, options.seed)
+    return run_arrays(task.workload, mod, dev, inputs, check if options.check else None,
+                      options)
 
 
 class ProcessRunner:
@@ -226,7 +228,7 @@ class RPCRunner:
         import tvm  # noqa: PLC0415
         sessions = self._connect()
         opts = self.options
-        a, b, check = inputs_for(task.workload, opts.seed)
+        inputs, check = inputs_for(task.workload, opts.seed)
         results: Dict[int, MeasureResult] = {}
         broken = set()
 
@@ -238,7 +240,7 @@ class RPCRunner:
                 remote.upload(path)
                 rmod = remote.load_module(os.path.basename(path))
                 dev = remote.cuda(0) if task.target.kind.name == "cuda" else remote.cpu(0)
-                kind, payload = run_arrays(task.workload, rmod, dev, a, b,
+                kind, payload = run_arrays(task.workload, rmod, dev, inputs,
                                            check if opts.check else None, opts,
                                            tensor=lambda arr: tvm.runtime.tensor(arr, dev))
                 res = MeasureResult(payload, 0, 0.0, time.time()) if kind == "ok" else \

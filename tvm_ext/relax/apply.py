@@ -21,6 +21,7 @@ from ..target import parse_target
 from ..workload import Workload
 from .legalize import legalize_as_strategy
 from .match import match_family, match_fused, match_matmul
+from .subgraph import fuse
 
 _OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
 
@@ -30,10 +31,7 @@ def _schedule_fused(task, config, func, epilogue: List[str]):
     epilogue computed in the matmul's write-back (registers -> output, one pass)."""
     from tvm import s_tir  # noqa: PLC0415
     sch = s_tir.Schedule(func)
-    for name in epilogue[:-1]:
-        sch.compute_inline(sch.get_sblock(name))
-    task.template.schedule(sch, config, task.workload, task.facts)
-    sch.reverse_compute_inline(sch.get_sblock(epilogue[-1]))
+    task.template.schedule_fused(sch, config, task.workload.anchor, task.facts, epilogue)
     return task.launch(sch.mod["main"])
 
 
@@ -41,8 +39,11 @@ def _schedule_fused(task, config, func, epilogue: List[str]):
 class ApplyTunedKernels:
     """Schedule the legalized matmul PrimFuncs with our templates (see module doc)."""
 
-    def __init__(self, target=None):
+    def __init__(self, target=None, epilogues=None):
         self.target = parse_target(target)
+        # {fused PrimFunc name: epilogue} (``subgraph.fuse``): a fused function takes the
+        # records of its subgraph task, then its anchor matmul's.
+        self.epilogues = dict(epilogues or {})
         self.replaced: List[Tuple[str, Workload, str, bool]] = []
         self.families: List[tuple] = []  # (Family, Library) of each symbolic matmul
         self.pass_config: dict = {}
@@ -64,10 +65,18 @@ class ApplyTunedKernels:
                             updates[gv] = new
                     continue
                 wl = fused[0]
+            spec = self.epilogues.get(gv.name_hint) if fused is not None else None
+            if spec:
+                try:  # the subgraph task: the matmul and the epilogue it is fused with
+                    wl = wl.with_(epilogue=spec)
+                except TvmExtError:
+                    spec = None
             try:
                 task, choice = choose(wl, self.target, schedulable=fused is not None)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
+            if fused is not None and not spec and choice.tuned:
+                choice.anchor = True  # an epilogue we cannot name: its anchor's record
             if fused is None:
                 new = task.instantiate(choice.config)["main"]
             else:
@@ -108,18 +117,17 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
     TVM's pipeline for everything else. ``fuse_epilogue`` (implies ``strategy``) first fuses
     each matmul with the elementwise ops after it (TVM's FuseOps) and computes them in our
-    kernel's write-back."""
+    kernel's write-back; such a function takes its subgraph task's record (``subgraph``),
+    else its anchor matmul's (marked so in the report), else the fallback."""
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
+    epilogues = {}
     if fuse_epilogue:
-        mod = tvm.transform.Sequential([
-            _relax.transform.AnnotateTIROpPattern(), _relax.transform.FuseOps(),
-            _relax.transform.FuseTIR(), _relax.transform.DeadCodeElimination()])(
-                legalize_as_strategy(mod))
+        mod, epilogues = fuse(mod)
     else:
         mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
-    apply = ApplyTunedKernels(target)
+    apply = ApplyTunedKernels(target, epilogues)
     mod = apply(mod)
     config = dict(apply.pass_config)
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options

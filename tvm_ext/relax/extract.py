@@ -10,7 +10,7 @@ from ..errors import TvmExtError
 from ..strategy import templates_for
 from ..target import parse_target
 from ..workload import Workload
-from .match import match_family, match_matmul
+from .match import match_family, match_fused, match_matmul
 
 
 def _call_counts(mod) -> Dict[str, int]:
@@ -28,15 +28,31 @@ def _call_counts(mod) -> Dict[str, int]:
     return counts
 
 
-def extract_tasks(mod, target=None) -> List[Tuple[Workload, int]]:
+def extract_tasks(mod, target=None, *, subgraphs: bool = False) -> List[Tuple[Workload, int]]:
     """Every matmul workload of a model that a template covers on ``target``, with how many
-    kernel calls compute it, most frequent (then largest) first."""
+    kernel calls compute it, most frequent (then largest) first. ``subgraphs``: the model as
+    ``build(..., fuse_epilogue=True)`` runs it: each matmul fused with the elementwise ops
+    after it is one subgraph task (``Workload.epilogue``; a fused function whose ops cannot be
+    named is its anchor matmul), and bare matmuls stay bare."""
+    from .subgraph import fuse  # noqa: PLC0415
     target = parse_target(target)
-    mod = _relax.transform.LegalizeOps()(mod)  # a no-op on a legalized module
+    epilogues = {}
+    if subgraphs:
+        mod, epilogues = fuse(mod)
+    else:
+        mod = _relax.transform.LegalizeOps()(mod)  # a no-op on a legalized module
     counts = _call_counts(mod)
     found: Dict[tuple, List] = {}
     for gv, f in mod.functions.items():
         wl = match_matmul(f)
+        if wl is None and subgraphs:
+            fused = match_fused(f)
+            wl = fused[0] if fused is not None else None
+            if wl is not None and epilogues.get(gv.name_hint):
+                try:
+                    wl = wl.with_(epilogue=epilogues[gv.name_hint])
+                except TvmExtError:
+                    pass  # an epilogue no workload takes: tuned as its anchor matmul
         if wl is None:
             continue
         try:

@@ -12,13 +12,16 @@ from .extract import extract_families, extract_tasks
 
 
 def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: int = 0,
-               measurer=None, measure_options=None, min_trials: int = 8, callbacks=()):
+               measurer=None, measure_options=None, min_trials: int = 8, callbacks=(),
+               subgraphs: bool = False):
     """Tune every task of a model into one log. The budget is split by weight: a task's share
     is its call count times its flop count, and every task gets at least ``min_trials``. One
     measurer serves every task (``measurer``, or one made from ``measure_options``).
+    ``subgraphs``: the tasks are the matmuls fused with their epilogues, as
+    ``build(..., fuse_epilogue=True)`` runs them (``extract_tasks``).
     Returns [(Workload, count, trials, TuneSummary)]."""
     target = parse_target(target)
-    tasks = extract_tasks(mod, target)
+    tasks = extract_tasks(mod, target, subgraphs=subgraphs)
     if not tasks:
         raise TvmExtError("the model has no matmul that a tvm_ext template covers")
     weights = [max(n, 1) * wl.flop for wl, n in tasks]

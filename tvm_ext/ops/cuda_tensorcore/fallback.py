@@ -66,6 +66,10 @@ def fallback_tc(space, wl, facts, *, mma):
             cfg["split_k"] = 1
         if wl.out_dtype == "float16":
             cfg["stage_c"] = _fallback_stage_c(space, cfg)
+        # A staged C tile (a padded shape, a subgraph task's epilogue) sits in static shared
+        # memory beside the pipeline: fewer stages where the two would not launch together.
+        while cfg["stages"] > 1 and space.violations(space.config_from_values(cfg)):
+            cfg["stages"] -= 1
     else:
         cfg.update(offset=8 if nbytes == 2 else 0, offsetCS=4 if wl.out_dtype != "float16" else 8,
                    wmma_m=16)
