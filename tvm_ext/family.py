@@ -21,13 +21,17 @@ How it works:
   range, are tuned, each with transfer from those tuned before; the best ``top`` configs of
   each become candidates, and every candidate's symbolic kernel is timed at every bucket's
   representative (the kernel that will run, at the shape it will serve).
-- **Selection.** ``max_kernels`` kernels are picked greedily (each pick lowers the family's
-  expected time the most); every bucket is routed to its fastest picked kernel. The report lists
-  the expected time after each pick: what each extra kernel buys.
+- **Selection.** At most ``max_kernels`` kernels are picked greedily: each pick lowers the
+  family's expected time the most, among the candidates that make some bucket at least 5%
+  faster (``pick_kernels``); every bucket is routed to its fastest picked kernel. The report
+  lists the expected time after each pick: what each extra kernel buys.
 - **One library.** The picked kernels and the generic kernel (the template's fallback for the
-  family's median shape, used outside every bucket and when nothing was tuned) are private
-  subroutines of one IRModule whose ``main`` dispatches on the shape: ``tvm.compile`` makes one
-  module, ``export_library`` one ``.so``; nothing is compiled at call time.
+  family's median shape, used outside every bucket and when nothing was tuned) are the
+  branches of ONE PrimFunc ``main`` that dispatches on the shape: each branch binds its
+  kernel's size vars to main's and declares its buffers on main's data, inside a loop of one
+  or zero trips (TVM's ThreadSync refuses GPU kernels under an ``if``; private subroutines
+  would lose the device target). ``tvm.compile`` makes one module, ``export_library`` one
+  ``.so``; nothing is compiled at call time.
 - **Records.** The representatives' records are ordinary records of the log; the library (the
   family, its routes and kernels' configs) is one more line, ``{"family_library": ...}``, which
   ``build_family`` reads back (directly, or inside ``apply_history_best``).
@@ -260,11 +264,11 @@ def median_shape(family: Family) -> Tuple[int, int, int, int]:
     return ranked[-1][0]
 
 
-def _placeholders(family: Family, dtype_vars):
-    """TE placeholders A and B of the family with a var for every varying axis."""
+def _placeholders(family: Family, size_vars):
+    """TE placeholders A and B of the family, ``size_vars[axis]`` for every varying axis."""
     from tvm import te  # noqa: PLC0415
 
-    size = {a: dtype_vars.get(a, family.fixed(a)) for a in AXES}
+    size = {a: size_vars.get(a, family.fixed(a)) for a in AXES}
     mk = (size["K"], size["M"]) if family.layout[0] == "T" else (size["M"], size["K"])
     nk = (size["N"], size["K"]) if family.layout[1] == "T" else (size["K"], size["N"])
     lead = () if family.op == "dense" else (size["B"],)
