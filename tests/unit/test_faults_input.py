@@ -248,8 +248,16 @@ def _start_hang(tmp_path):
     env = dict(ENV, PYTHONPATH=os.pathsep.join([ROOT, TESTS]), TMPDIR=str(tmp))
     p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HANG)], cwd=tmp_path, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=_as_from_a_terminal)
     return p, psutil.Process(p.pid), tmp
+
+
+def _as_from_a_terminal():
+    """The child's SIGINT as a shell leaves it: delivered and at its default. A child inherits
+    its parent's signal mask and ignored signals: late in the full suite, the CLI under test
+    was seen asleep for 30 s after the Ctrl-C, its SIGINT never delivered."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _workers(proc):
