@@ -268,12 +268,9 @@ def _placeholders(family: Family, size_vars):
     """TE placeholders A and B of the family, ``size_vars[axis]`` for every varying axis."""
     from tvm import te  # noqa: PLC0415
 
-    size = {a: size_vars.get(a, family.fixed(a)) for a in AXES}
-    mk = (size["K"], size["M"]) if family.layout[0] == "T" else (size["M"], size["K"])
-    nk = (size["N"], size["K"]) if family.layout[1] == "T" else (size["K"], size["N"])
-    lead = () if family.op == "dense" else (size["B"],)
-    return (te.placeholder(lead + mk, family.dtype, name="A"),
-            te.placeholder(lead + nk, family.dtype, name="B"))
+    a_shape, b_shape = family.operand_shapes(size_vars)
+    return (te.placeholder(a_shape, family.dtype, name="A"),
+            te.placeholder(b_shape, family.dtype, name="B"))
 
 
 def symbolic_func(family: Family, kernel: LibKernel, target):

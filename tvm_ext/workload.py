@@ -477,6 +477,15 @@ class Family:
         shapes = self.shapes()
         return [(s, 1.0 / len(shapes)) for s in shapes]
 
+    def operand_shapes(self, size) -> Tuple[tuple, tuple]:
+        """(A's shape, B's shape) in the family's layout, from ``size[axis]`` for the varying
+        axes (ints or symbolic vars) and the fixed sizes for the others."""
+        d = {a: size[a] if a in size else self.fixed(a) for a in AXES}
+        mk = (d["K"], d["M"]) if self.layout[0] == "T" else (d["M"], d["K"])
+        nk = (d["N"], d["K"]) if self.layout[1] == "T" else (d["K"], d["N"])
+        lead = () if self.op == "dense" else (d["B"],)
+        return lead + mk, lead + nk
+
     def workload(self, shape: Sequence[int]) -> Workload:
         return Workload(self.op, *shape, dtype=self.dtype, out_dtype=self.out_dtype,
                         layout=self.layout)

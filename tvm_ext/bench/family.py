@@ -45,11 +45,6 @@ from ..measure.check import reference_matmul, random_inputs, tolerance
 from .common import time_calls
 
 
-def _sizes(family):
-    from ..workload import AXES  # noqa: PLC0415
-    return AXES
-
-
 def relax_dynamic(family, target):
     """TVM's own path for the family on the CPU: a Relax matmul with symbolic varying axes,
     ``tvm.compile``'s default pipeline, on the VM. Returns call(a, b) -> tvm tensor."""
@@ -57,16 +52,13 @@ def relax_dynamic(family, target):
     from tvm import relax, tirx  # noqa: PLC0415
     from tvm.script import relax as R  # noqa: PLC0415
 
-    size = {a: (tirx.Var(a.lower(), "int64") if a in family.varying else family.fixed(a))
-            for a in _sizes(family)}
-    mk = (size["K"], size["M"]) if family.layout[0] == "T" else (size["M"], size["K"])
-    nk = (size["N"], size["K"]) if family.layout[1] == "T" else (size["K"], size["N"])
-    lead = () if family.op == "dense" else (size["B"],)
-    nd = len(lead) + 2
+    a_shape, b_shape = family.operand_shapes(
+        {a: tirx.Var(a.lower(), "int64") for a in family.varying})
+    nd = len(a_shape)
     perm = list(range(nd - 2)) + [nd - 1, nd - 2]
     bb = relax.BlockBuilder()
-    x = relax.Var("x", R.Tensor(lead + mk, family.dtype))
-    w = relax.Var("w", R.Tensor(lead + nk, family.dtype))
+    x = relax.Var("x", R.Tensor(a_shape, family.dtype))
+    w = relax.Var("w", R.Tensor(b_shape, family.dtype))
     with bb.function("main", [x, w]):
         xa = relax.op.permute_dims(x, perm) if family.layout[0] == "T" else x
         wb = relax.op.permute_dims(w, perm) if family.layout[1] == "T" else w
