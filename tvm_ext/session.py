@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from . import record
 from .errors import TvmExtError
@@ -47,6 +47,10 @@ class TuneSummary:
     best_gflops: float = 0.0
     elapsed: float = 0.0
     history: List[float] = field(default_factory=list)  # best GFLOP/s after each trial
+    improved_at: int = 0  # the trial that found the best
+    best_template: Optional[str] = None  # (tune_templates) the template of the best config
+    # (tune_templates) each template's own summary, in the order the templates were given
+    per_template: Dict[str, "TuneSummary"] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,27 +129,11 @@ def tune_loop(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8
     check_loop_options(n_trial=n_trial, batch_size=batch_size, early_stopping=early_stopping)
     summary = TuneSummary()
     start = time.time()
-    last_improvement = 0
     while summary.trials < n_trial:
-        indices = tuner.ask(min(batch_size, n_trial - summary.trials))
-        if not indices:
+        if not _run_batch(task, tuner, measurer, summary, min(batch_size, n_trial - summary.trials),
+                          callbacks, start):
             break
-        configs = [task.config(i) for i in indices]
-        results = measurer.measure(task, configs)
-        tuner.tell(indices, [r.mean for r in results])
-        for cfg, res in zip(configs, results):
-            summary.trials += 1
-            if not res.ok:
-                summary.errors += 1
-            elif res.mean < summary.best_cost:
-                summary.best_cost, summary.best_config = res.mean, cfg
-                summary.best_gflops = task.flop / res.mean / 1e9
-                last_improvement = summary.trials
-            summary.history.append(summary.best_gflops)
-        summary.elapsed = time.time() - start
-        for cb in callbacks:
-            cb(task, configs, results)
-        if early_stopping and summary.trials - last_improvement >= early_stopping:
+        if early_stopping and summary.trials - summary.improved_at >= early_stopping:
             logger.info("tvm_ext: early stop after %d trials without improvement",
                         early_stopping)
             break
@@ -153,6 +141,31 @@ def tune_loop(task, tuner: Tuner, measurer, *, n_trial: int, batch_size: int = 8
             break
     summary.elapsed = time.time() - start
     return summary
+
+
+def _run_batch(task, tuner: Tuner, measurer, summary: TuneSummary, n: int, callbacks,
+               start: float) -> bool:
+    """Ask ``tuner`` for up to ``n`` configs, measure them, tell the tuner, update ``summary``
+    and call the callbacks; False when the tuner has nothing left to propose."""
+    indices = tuner.ask(n)
+    if not indices:
+        return False
+    configs = [task.config(i) for i in indices]
+    results = measurer.measure(task, configs)
+    tuner.tell(indices, [r.mean for r in results])
+    for cfg, res in zip(configs, results):
+        summary.trials += 1
+        if not res.ok:
+            summary.errors += 1
+        elif res.mean < summary.best_cost:
+            summary.best_cost, summary.best_config = res.mean, cfg
+            summary.best_gflops = task.flop / res.mean / 1e9
+            summary.improved_at = summary.trials
+        summary.history.append(summary.best_gflops)
+    summary.elapsed = time.time() - start
+    for cb in callbacks:
+        cb(task, configs, results)
+    return True
 
 
 def tune_task(task, log=None, *, trials: int, tuner: Union[str, Tuner, Prepared] = "xgb",
@@ -175,3 +188,97 @@ def tune_task(task, log=None, *, trials: int, tuner: Union[str, Tuner, Prepared]
     finally:
         if own and hasattr(measurer, "close"):
             measurer.close()
+
+
+#: The exploration weight of ``tune_templates``: a template at 70% of the leader's best after
+#: one batch still gets batches while the leader has had fewer than about ten.
+EXPLORE = 0.25
+
+
+def tune_templates(tasks: Sequence, log=None, *, trials: int,
+                   tuner: Union[str, Callable] = "xgb", seed: int = 0, resume: bool = False,
+                   transfer: Sequence = (), measurer=None,
+                   measure_options: Optional[MeasureOptions] = None, batch_size: int = 8,
+                   early_stopping: Optional[int] = None, explore: float = EXPLORE,
+                   callbacks: Sequence[Callable] = (), on_batch=None) -> TuneSummary:
+    """One tuning run over several templates of ONE workload (``tasks``: one Task per template,
+    highest priority first), the budget moving to the template that is winning.
+
+    Every template first gets one batch: its tuner's first proposals (the proposer's best for
+    topk and xgb). After that, each batch goes to the template with the highest
+    ``r + explore * sqrt(ln B / b)`` (UCB1 over the templates): ``r`` is the template's best
+    speed over the best of all templates (0 while it has no valid config), ``b`` its batches so
+    far, ``B`` all batches. A template whose tuner has nothing left to propose drops out.
+    ``tuner``: a name, or a callable ``task -> Tuner``. ``on_batch(task, n)`` is called before
+    each batch (the CLI says which template it measures). Returns the combined TuneSummary:
+    ``best_template`` and ``per_template`` (each template's own summary) tell where the budget
+    went and what it found."""
+    import math  # noqa: PLC0415
+    tasks = list(tasks)
+    if not tasks:
+        raise TvmExtError("tune_templates needs at least one task")
+    keys = {t.workload.key() for t in tasks}
+    if len(keys) > 1 or len({t.name for t in tasks}) < len(tasks):
+        raise TvmExtError("tune_templates tunes one workload on distinct templates; got "
+                          + ", ".join(f"{t.name} for {t.workload}" for t in tasks))
+    check_loop_options(n_trial=trials, batch_size=batch_size, early_stopping=early_stopping)
+    tuners = [prepare(t, tuner=tuner if isinstance(tuner, str) else tuner(t), seed=seed,
+                      log=log, resume=resume, transfer=transfer).tuner for t in tasks]
+    writers = [record.LogWriter(log)] if log is not None else []
+    own = measurer is None
+    measurer = measurer or make_measurer(tasks[0].target, measure_options)
+    total = TuneSummary()
+    parts = {t.name: TuneSummary() for t in tasks}
+    batches = {t.name: 0 for t in tasks}
+    live = list(range(len(tasks)))
+    start = time.time()
+    first = min(batch_size, max(1, trials // len(tasks)))
+
+    def step(i: int, n: int) -> None:
+        task = tasks[i]
+        if on_batch is not None:
+            on_batch(task, n)
+        part = parts[task.name]
+        before = part.trials
+        if not _run_batch(task, tuners[i], measurer, part, n, [*writers, *callbacks], start):
+            live.remove(i)
+            return
+        batches[task.name] += 1
+        for k in range(before, part.trials):  # the combined curve, trial by trial
+            total.trials += 1
+            gflops = part.history[k]
+            if gflops > total.best_gflops:
+                total.best_gflops, total.improved_at = gflops, total.trials
+            total.history.append(total.best_gflops)
+        if part.best_cost < total.best_cost:
+            total.best_cost, total.best_config = part.best_cost, part.best_config
+            total.best_template = task.name
+
+    try:
+        for i in list(live):  # one batch each, highest priority first
+            if total.trials >= trials:
+                break
+            step(i, min(first, trials - total.trials))
+        while total.trials < trials and live:
+            if early_stopping and total.trials - total.improved_at >= early_stopping:
+                logger.info("tvm_ext: early stop after %d trials without improvement",
+                            early_stopping)
+                break
+            n_all = sum(batches.values())
+            lead = max(total.best_gflops, 1e-30)
+
+            def bound(i: int) -> float:
+                name = tasks[i].name
+                b = batches[name]
+                if b == 0:
+                    return float("inf")
+                return parts[name].best_gflops / lead + explore * math.sqrt(math.log(n_all) / b)
+
+            step(max(live, key=bound), min(batch_size, trials - total.trials))
+    finally:
+        if own and hasattr(measurer, "close"):
+            measurer.close()
+    total.errors = sum(p.errors for p in parts.values())
+    total.elapsed = time.time() - start
+    total.per_template = parts
+    return total

@@ -44,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "float16 inputs, int32 for int8, else the input dtype)")
     p.add_argument("--layout", default="NT",
                    help="NN, NT, TN or TT: storage of A then B (T = transposed; default NT)")
+    p.add_argument("--epilogue", default="",
+                   help="tune a subgraph: the matmul and this elementwise epilogue as one kernel, "
+                        "ops joined by + (bias, residual, relu, gelu, silu, exp, scale:C, "
+                        "cast:DTYPE, requant:S), e.g. bias+gelu+cast:float16")
     p.add_argument("--target", help="llvm, cuda, cuda:sm_80 or a JSON dict (default: CUDA "
                                     "when a GPU is visible, else the host CPU)")
     p.add_argument("--template", help="tune this template instead of the op's first")
@@ -119,7 +123,8 @@ def _workload(args) -> Workload:
     else:
         kind = "gpu" if target_info(args.target_obj)["kind"] == "cuda" else "cpu"
         shape = DEFAULT_SHAPES[(args.op, kind)]
-    return Workload.create(args.op, shape, args.dtype, args.out_dtype, args.layout)
+    return Workload.create(args.op, shape, args.dtype, args.out_dtype, args.layout,
+                           epilogue=args.epilogue)
 
 
 def default_log(op: str, target) -> Path:
@@ -139,6 +144,11 @@ class Progress:
         self.start = time.time()
         self.done = 0
         self.best = 0.0
+        self.name = ""
+
+    def label(self, name: str) -> None:
+        """The template the next batches are for (a run over several templates)."""
+        self.name = name
 
     def __call__(self, task, configs, results):
         for r in results:
@@ -148,7 +158,8 @@ class Progress:
             return
         cur = max((r.gflops(task.flop) for r in results), default=0.0)
         errs = sum(not r.ok for r in results)
-        line = (f"[{self.done}/{self.n}] current {cur:.1f} GFLOP/s  best {self.best:.1f} "
+        name = f" {self.name}" if self.name else ""
+        line = (f"[{self.done}/{self.n}]{name} current {cur:.1f} GFLOP/s  best {self.best:.1f} "
                 f"GFLOP/s  {time.time() - self.start:.1f}s" + (f"  ({errs} failed)" if errs
                                                                  else ""))
         if self.tty:
@@ -271,7 +282,9 @@ def _tune_model(args) -> int:
                              tuner=args.tuner, seed=args.seed,
                              measure_options=args.measure_options, subgraphs=args.subgraphs)
         for wl, n, budget, s in results:
-            print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s")
+            where = "; ".join(f"{k} {p.trials}" for k, p in s.per_template.items())
+            print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s"
+                  + (f" on {s.best_template} (trials: {where})" if where else ""))
     if sizes:
         per_rep = max(4, args.trials // max(1, args.max_kernels * len(families)))
         print(f"shape families: {per_rep} trials per representative, at most "
@@ -377,6 +390,9 @@ def run(argv: Optional[List[str]] = None) -> int:
     args.measure_options = _measure_options(args)
     if args.subgraphs and not args.model:
         raise TvmExtError("--subgraphs is for --model (a model's fused matmuls)")
+    if args.epilogue and (args.model or args.shape is not None and is_family_text(args.shape)):
+        raise TvmExtError("--epilogue is for one shape (a model's epilogues: --model F "
+                          "--subgraphs; a shape family tunes the bare matmul)")
     if args.model:
         return _tune_model(args)
     if args.shape is not None and is_family_text(args.shape):
@@ -387,16 +403,16 @@ def run(argv: Optional[List[str]] = None) -> int:
                               "sets, ranges or ?), not for one shape")
     wl = _workload(args)
     names = _templates(args, wl)
-    if len(names) > 1:
-        print(f"{wl}: {len(names)} templates apply ({', '.join(names)}); the --trials budget "
-              "is split between them and the log records which template each config is for")
     log = Path(args.log) if args.log else default_log(wl.op, args.target_obj)
-    shares = [args.trials // len(names) + (i < args.trials % len(names))
-              for i in range(len(names))]
-    for name, share in zip(names, shares):
-        rc = _tune_task(args, wl, name, max(share, 1), log)
-        if rc:
-            return rc
+    if len(names) > 1 and not (args.list_space or args.dry_run):
+        rc = _tune_templates(args, wl, names, log)
+    else:
+        for name in names:
+            rc = _tune_task(args, wl, name, args.trials, log)
+            if rc:
+                break
+    if rc:
+        return rc
     if args.list_space or args.dry_run:
         return 0
     best = record.best_for(record.load(log), wl, args.target_obj)
@@ -425,6 +441,36 @@ def _templates(args, wl) -> List[str]:
         if isinstance(spec, dict) and spec.get("template"):
             return [spec["template"]]
     return [t.name for t in templates_for(wl, args.target_obj)]
+
+
+def _tune_templates(args, wl, names: List[str], log: Path) -> int:
+    """One run over every template that applies, the budget moving to the winning one."""
+    from . import session  # noqa: PLC0415
+    from .target import describe  # noqa: PLC0415
+    from .task import Task  # noqa: PLC0415
+    tasks = [Task(wl, args.target_obj, template=n) for n in names]
+    print(f"{wl} on {describe(args.target_obj)}: {len(tasks)} templates apply ("
+          + ", ".join(f"{t.name}: {len(t.space)} configs" for t in tasks)
+          + f"); one run of {args.trials} trials, each template gets a first batch, then the "
+          "budget moves to the template that is winning")
+    _check_device(args, [wl])
+    print(f"log: {log}")
+    progress = Progress(args.trials, args.quiet)
+    try:
+        summary = session.tune_templates(
+            tasks, log, trials=args.trials, tuner=args.tuner, seed=args.seed,
+            resume=args.resume, transfer=args.transfer or [], measure_options=args.measure_options,
+            batch_size=args.batch_size, early_stopping=args.early_stopping,
+            callbacks=[progress], on_batch=lambda task, n: progress.label(task.name))
+    finally:
+        progress.close()
+    for name, part in summary.per_template.items():
+        best = (f"best {part.best_cost * 1e3:.4f} ms ({part.best_gflops:.1f} GFLOP/s)"
+                if part.best_config is not None else "no valid config")
+        print(f"  {name}: {part.trials} trials ({part.errors} failed), {best}")
+    print(f"measured {summary.trials} configs in {summary.elapsed:.1f}s into {log}"
+          + (f"; the winner is {summary.best_template}" if summary.best_template else ""))
+    return 0
 
 
 def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:

@@ -1,6 +1,8 @@
 """How well the proposer ranks, measured: ``python -m tvm_ext.bench.proposer``.
 
-For each workload of the CPU suite (the host CPU, the template the strategy picks):
+For each workload of the CPU suite (the host CPU, the template the strategy picks), or with
+``--target cuda`` of the GPU suite (on a GPU: parallel nvcc builds, CUDA-graph timing as the
+tuner measures; ``--log`` adds the shipped record's time to the topk row):
 
 1. ``--configs`` valid configs drawn at random (seeded) are measured in this process; the
    proposer's estimate of each is compared with its time by rank correlation (Spearman);
@@ -8,6 +10,7 @@ For each workload of the CPU suite (the host CPU, the template the strategy pick
    runs included) and its best time, against the best of the random configs of step 1.
 
     python -m tvm_ext.bench.proposer --configs 200 --k 20 --json proposer.json
+    python -m tvm_ext.bench.proposer --target cuda --configs 64 --log logs/cuda_sm90.json
 """
 from __future__ import annotations
 
@@ -32,45 +35,70 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(_ranks(a), _ranks(b))[0, 1])
 
 
-def run(suite, *, configs: int, k: int, seed: int = 0) -> List[Dict]:
+def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None) -> List[Dict]:
+    import os  # noqa: PLC0415
+
     from ..codegen import use_host_cores  # noqa: PLC0415
-    from ..measure import LocalMeasurer, RunOptions  # noqa: PLC0415
+    from ..dispatch import apply_history_best, choose  # noqa: PLC0415
+    from ..measure import LocalMeasurer, MeasureOptions, RunOptions  # noqa: PLC0415
     from ..propose import estimate  # noqa: PLC0415
-    from ..session import tune_task  # noqa: PLC0415
+    from ..session import make_measurer, tune_task  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     threads = use_host_cores()
-    target = host_cpu_target()
-    measurer = LocalMeasurer(RunOptions(number=1, repeat=2, min_repeat_ms=20))
+    target = target or host_cpu_target()
+    cuda = target.kind.name == "cuda"
+    if cuda:  # as `python -m tvm_ext.tune` measures on a GPU: parallel builds, graph timing
+        measurer = make_measurer(target, MeasureOptions(n_parallel=os.cpu_count()))
+    else:
+        measurer = LocalMeasurer(RunOptions(number=1, repeat=2, min_repeat_ms=20))
     rows = []
-    for name, wl in suite.items():
-        task = Task(wl, target)
-        picks = task.space.random_valid(np.random.default_rng(seed), configs)
-        est, real = [], []
-        for i in picks:
-            res = measurer.measure_one(task, task.config(i))
-            if res.ok:
-                est.append(estimate(task.space, task.config(i)))
-                real.append(res.mean)
-        start = time.time()
-        summary = tune_task(Task(wl, target), None, trials=k, tuner="topk",
-                            measurer=measurer, batch_size=k)
-        wall = time.time() - start
-        row = {"workload": name, "shape": str(wl), "template": task.name, "threads": threads,
-               "configs": len(real), "spearman": spearman(est, real),
-               "random_best_ms": min(real) * 1e3, "topk_best_ms": summary.best_cost * 1e3,
-               "topk_wall_s": wall, "k": k}
-        row["topk_vs_random_best"] = row["random_best_ms"] / row["topk_best_ms"]
-        rows.append(row)
-        print(f"{name:<10} {str(wl):<34} {task.name:<17} Spearman {row['spearman']:5.2f} "
-              f"over {len(real)}  top-{k}: {row['topk_best_ms']:.3f} ms in {wall:.1f} s, "
-              f"{row['topk_vs_random_best']:.2f}x the best of {len(real)} random "
-              f"({row['random_best_ms']:.3f} ms)", flush=True)
+    try:
+        for name, wl in suite.items():
+            task = Task(wl, target)
+            picks = task.space.random_valid(np.random.default_rng(seed), configs)
+            est, real = [], []
+            for at in range(0, len(picks), 32):
+                cfgs = [task.config(i) for i in picks[at:at + 32]]
+                for cfg, res in zip(cfgs, measurer.measure(task, cfgs)):
+                    if res.ok:
+                        est.append(estimate(task.space, cfg))
+                        real.append(res.mean)
+            start = time.time()
+            summary = tune_task(Task(wl, target), None, trials=k, tuner="topk",
+                                measurer=measurer, batch_size=k)
+            wall = time.time() - start
+            row = {"workload": name, "shape": str(wl), "template": task.name,
+                   "threads": threads, "configs": len(real), "spearman": spearman(est, real),
+                   "random_best_ms": min(real) * 1e3, "topk_best_ms": summary.best_cost * 1e3,
+                   "topk_wall_s": wall, "k": k}
+            row["topk_vs_random_best"] = row["random_best_ms"] / row["topk_best_ms"]
+            shipped = ""
+            if log:
+                with apply_history_best([log]):
+                    _, choice = choose(wl, target)
+                if choice.tuned and choice.template == task.name:
+                    res = measurer.measure(task, [choice.config])[0]
+                    if res.ok:
+                        row["shipped_ms"] = res.mean * 1e3
+                        row["topk_vs_shipped"] = row["shipped_ms"] / row["topk_best_ms"]
+                        shipped = (f", {row['topk_vs_shipped']:.2f}x the shipped record "
+                                   f"({row['shipped_ms']:.3f} ms, re-measured now)")
+            rows.append(row)
+            print(f"{name:<10} {str(wl):<34} {task.name:<17} Spearman {row['spearman']:5.2f} "
+                  f"over {len(real)}  top-{k}: {row['topk_best_ms']:.3f} ms in {wall:.1f} s, "
+                  f"{row['topk_vs_random_best']:.2f}x the best of {len(real)} random "
+                  f"({row['random_best_ms']:.3f} ms){shipped}", flush=True)
+    finally:
+        if hasattr(measurer, "close"):
+            measurer.close()
     return rows
 
 
 def main(argv=None) -> int:
+    from ..target import parse_target  # noqa: PLC0415
     from .cpu import CPU_QUICK, CPU_SUITE  # noqa: PLC0415
+    from .gpu import GPU_SUITE  # noqa: PLC0415
     p = argparse.ArgumentParser(prog="python -m tvm_ext.bench.proposer",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", type=int, default=200, help="random configs measured per "
@@ -79,10 +107,19 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", help="only these workloads of the suite (by key)")
     p.add_argument("--quick", action="store_true", help="the tiny shapes (a smoke run)")
     p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--target", help="cuda: the GPU suite (default: the host CPU's suite)")
+    p.add_argument("--log", help="a shipped log: its record per workload is re-measured and "
+                                 "compared with top-k's best")
     args = p.parse_args(argv)
-    suite = CPU_QUICK if args.quick else CPU_SUITE
+    target = parse_target(args.target) if args.target else None
+    cuda = target is not None and target.kind.name == "cuda"
+    suite = GPU_SUITE if cuda else CPU_QUICK if args.quick else CPU_SUITE
+    unknown = set(args.only or ()) - set(suite)
+    if unknown:
+        p.error(f"--only: no workload {', '.join(sorted(unknown))} in the suite "
+                f"(known: {', '.join(suite)})")
     suite = {k: v for k, v in suite.items() if not args.only or k in args.only}
-    rows = run(suite, configs=args.configs, k=args.k)
+    rows = run(suite, configs=args.configs, k=args.k, target=target, log=args.log)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -3,18 +3,21 @@
 
     python -m tvm_ext.bench.subgraph                   # --trials 16 per tuning run
     python -m tvm_ext.bench.subgraph --quick           # tiny shapes: a smoke run
+    python -m tvm_ext.bench.subgraph --target cuda     # the GPU subgraphs, against torch
 
 1. **Subgraph vs anchor.** For each subgraph (dense + bias + relu, dense + bias + gelu, and a
    dense whose epilogue changes the output dtype: f32 -> f16), the anchor matmul is tuned
    alone and the subgraph is tuned as the fused kernel, with the same trials, tuner and seed.
    Both best configs are then built as the fused kernel, and the two are timed in turn. The
    table says whether the two configs differ, and by how much the subgraph-tuned kernel is
-   faster.
-2. **The seed-004 chain.** X (1024x2048) . W1 (2048x1024) -> exp -> . W2 (1024x3072), f32, is a
-   Relax model. It is tuned twice, with the same total trials: as subgraph tasks (exp fused into
-   the first matmul) and as bare matmuls. It is then built twice: fused with the subgraph
-   records, and unfused with the bare records (exp left to TVM's own kernel). Both builds are
-   checked against numpy and timed in turn with numpy.
+   faster. Each is tuned over every template that applies (on CUDA: tensor cores and CUDA cores;
+   for the f16 anchor also wgmma, which a fused kernel cannot use: the anchor's best record of a
+   template that can fuse it applies, as ``build`` applies it).
+2. **The seed-004 chain** (CPU only). X (1024x2048) . W1 (2048x1024) -> exp -> . W2
+   (1024x3072), f32, is a Relax model. It is tuned twice, with the same total trials: as
+   subgraph tasks (exp fused into the first matmul) and as bare matmuls. It is then built
+   twice: fused with the subgraph records, and unfused with the bare records (exp left to
+   TVM's own kernel). Both builds are checked against numpy and timed in turn with numpy.
 """
 from __future__ import annotations
 
@@ -31,62 +34,139 @@ from .common import time_calls
 SUBGRAPHS = [("dense", (128, 3072, 768), "NT", "bias+relu"),
              ("dense", (128, 3072, 768), "NT", "bias+gelu"),
              ("dense", (1024, 1024, 1024), "NN", "cast:float16")]
+# On CUDA (issue 24): an int8 matmul requantized to int8 (the output is a quarter of the int32
+# anchor's), and an f16 matmul + bias + gelu with an f16 output (the anchor writes f32).
+GPU_SUBGRAPHS = [("dense", (4096, 4096, 1024), "NT", "requant:0.05", "int8"),
+                 ("dense", (2048, 3072, 768), "NT", "bias+gelu+cast:float16", "float16")]
+GPU_QUICK = [("dense", (256, 512, 256), "NT", "requant:0.05", "int8"),
+             ("dense", (128, 256, 128), "NT", "bias+gelu+cast:float16", "float16")]
 QUICK = [("dense", (32, 64, 48), "NT", "bias+relu"),
          ("dense", (32, 64, 48), "NT", "bias+gelu"),
          ("dense", (64, 64, 64), "NN", "cast:float16")]
 
 
-def _tuned(task, log, trials, tuner, seed):
-    from .. import record  # noqa: PLC0415
+def _tuned(wl, target, log, trials, tuner, seed):
+    """Tune ``wl`` over every template that applies (one run, the budget moving to the
+    winner: ``tune_templates``) into ``log``; (template and trials per template, seconds)."""
     from ..measure import MeasureOptions, RunOptions  # noqa: PLC0415
-    from ..session import tune_task  # noqa: PLC0415
+    from ..session import tune_task, tune_templates  # noqa: PLC0415
+    from ..strategy import templates_for  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
     t0 = time.time()
-    tune_task(task, log, trials=trials, tuner=tuner, seed=seed,
-              measure_options=MeasureOptions(run=RunOptions(number=3, repeat=3)))
-    best = record.best_for(record.load(log), task.workload, task.target)
-    return task.config_of_record(best.config), time.time() - t0
+    tasks = [Task(wl, target, template=t.name) for t in templates_for(wl, target)]
+    options = MeasureOptions(run=RunOptions(number=3, repeat=3))
+    if len(tasks) > 1:
+        s = tune_templates(tasks, log, trials=trials, tuner=tuner, seed=seed,
+                           measure_options=options)
+        spent = ", ".join(f"{k} {p.trials}" for k, p in s.per_template.items())
+    else:
+        tune_task(tasks[0], log, trials=trials, tuner=tuner, seed=seed, measure_options=options)
+        spent = f"{tasks[0].name} {trials}"
+    return spent, time.time() - t0
+
+
+def torch_epilogue(wl, c, extras):
+    """``wl``'s epilogue in torch on the matmul result ``c`` (the vendor's way: one kernel per
+    op after the GEMM), as ``apply_epilogue`` computes it."""
+    import torch  # noqa: PLC0415
+
+    from ..workload import parse_epilogue  # noqa: PLC0415
+    extras = iter(extras)
+    for name, arg in parse_epilogue(wl.epilogue):
+        if name in ("bias", "residual"):
+            c = c + next(extras)
+        elif name == "relu":
+            c = torch.relu(c)
+        elif name == "gelu":
+            c = torch.nn.functional.gelu(c)
+        elif name == "silu":
+            c = torch.nn.functional.silu(c)
+        elif name == "exp":
+            c = torch.exp(c)
+        elif name == "scale":
+            c = c * float(arg)
+        elif name == "cast":
+            c = c.to(getattr(torch, arg))
+        else:  # requant
+            c = torch.clamp(torch.round(c.to(torch.float32) * float(arg)), -128, 127) \
+                .to(torch.int8)
+    return c
+
+
+def _torch_launch(wl, inputs):
+    """cuBLAS (through torch) and the epilogue's ops, on ``inputs`` (numpy)."""
+    import torch  # noqa: PLC0415
+    a, b, *extras = [torch.from_numpy(x).cuda() for x in inputs]
+    a_mk = a.transpose(-1, -2) if wl.transpose_a else a
+    b_kn = b.transpose(-1, -2) if wl.transpose_b else b
+    if wl.dtype == "int8":
+        return lambda: torch_epilogue(wl, torch._int_mm(a_mk, b_kn), extras)
+    out = getattr(torch, wl.out_dtype)
+    return lambda: torch_epilogue(wl, torch.matmul(a_mk, b_kn).to(out), extras)
 
 
 def subgraph_vs_anchor(cases, target, work, trials, tuner, rounds):
+    """Per subgraph: the anchor matmul and the subgraph are each tuned with ``trials`` over
+    every template that applies; the fused kernel is then built as ``build`` would build it
+    under each log (``choose``: the subgraph's record, or the anchor's), checked, and timed in
+    turn (on CUDA also cuBLAS + torch's epilogue ops, by CUDA-graph replays)."""
     import tvm  # noqa: PLC0415
 
+    from ..dispatch import apply_history_best, choose  # noqa: PLC0415
     from ..measure.check import OutputCheck, kernel_inputs  # noqa: PLC0415
-    from ..task import Task  # noqa: PLC0415
     from ..workload import Workload  # noqa: PLC0415
 
-    print(f"\nsubgraph vs anchor ({trials} {tuner} trials each, the same seed; ms per call of "
-          "the fused kernel):")
-    print(f"  {'subgraph':<40} {'anchor-tuned':>12} {'subgraph-tuned':>14} {'speedup':>8} "
-          "configs")
-    for i, (op, shape, layout, epi) in enumerate(cases):
-        wl = Workload.create(op, shape, layout=layout, epilogue=epi)
-        sub_task = Task(wl, target)
-        anchor_task = Task(wl.anchor, target, template=sub_task.name)
-        anchor_cfg, _ = _tuned(anchor_task, work / f"anchor_{i}.json", trials, tuner, i)
-        sub_cfg, _ = _tuned(sub_task, work / f"sub_{i}.json", trials, tuner, i)
+    cuda = target.kind.name == "cuda"
+    print(f"\nsubgraph vs anchor ({trials} {tuner} trials each over every template that "
+          "applies, the same seed; ms per call of the fused kernel):")
+    for i, case in enumerate(cases):
+        op, shape, layout, epi = case[:4]
+        dtype = case[4] if len(case) > 4 else "float32"
+        wl = Workload.create(op, shape, dtype, layout=layout, epilogue=epi)
+        picks = {}
+        for name, w in (("anchor", wl.anchor), ("subgraph", wl)):
+            log = work / f"{name}_{i}.json"
+            spent, secs = _tuned(w, target, log, trials, tuner, i)
+            with apply_history_best(str(log)):
+                task, choice = choose(wl, target, schedulable=True)
+            how = ("the anchor's record" if choice.anchor else "its own record") \
+                if choice.tuned else "the fallback (no record applies)"
+            print(f"  {wl}: {name} tuned in {secs:.0f} s (trials: {spent}); the fused kernel "
+                  f"takes {how}: {task.name} {choice.config}", flush=True)
+            picks[name] = (task, choice)
         inputs = kernel_inputs(wl, np.random.default_rng(i))
         check = OutputCheck(wl, inputs[0], inputs[1], extras=inputs[2:])
-        dev = tvm.cpu(0) if target.kind.name == "llvm" else tvm.cuda(0)
+        dev = tvm.cuda(0) if cuda else tvm.cpu(0)
         args = [tvm.runtime.tensor(x, dev) for x in inputs] + \
             [tvm.runtime.empty(wl.out_shape, wl.final_dtype, dev)]
-        kernels = {}
-        for name, cfg in (("anchor", anchor_cfg), ("subgraph", sub_cfg)):
-            mod = sub_task.build(sub_task.config_of_record(cfg)).mod
+        calls = {}
+        for name, (task, choice) in picks.items():
+            mod = task.build(choice.config).mod
             mod["main"](*args)
             wrong = check(args[-1].numpy())
             if wrong:
                 raise SystemExit(f"{wl} with the {name}-tuned config: {wrong}")
-            kernels[name] = mod
-        times = {k: [] for k in kernels}
+            calls[name] = (lambda f=mod["main"]: f(*args))
+        if cuda:
+            from ..measure.timing import GraphSampler  # noqa: PLC0415
+            calls["torch"] = _torch_launch(wl, inputs)
+            samplers = {k: GraphSampler(fn) for k, fn in calls.items()}
+            sample = {k: (lambda smp=smp: [smp.sample()]) for k, smp in samplers.items()}
+        else:
+            sample = {k: (lambda fn=fn: time_calls(fn, repeat=1)) for k, fn in calls.items()}
+        times = {k: [] for k in sample}
         for _ in range(rounds):
-            for k, mod in kernels.items():
-                times[k] += time_calls(lambda: mod["main"](*args), repeat=1)
-        a, s = (float(np.median(times[k])) * 1e3 for k in ("anchor", "subgraph"))
-        same = anchor_cfg.to_json_dict()["entity"] == sub_cfg.to_json_dict()["entity"]
-        print(f"  {str(wl):<40} {a:>12.3f} {s:>14.3f} {a / s:>8.2f} "
-              f"{'same' if same else 'differ'}", flush=True)
-        if not same:
-            print(f"    anchor-tuned:   {anchor_cfg}\n    subgraph-tuned: {sub_cfg}")
+            for k, fn in sample.items():
+                times[k] += fn()
+        ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+        a, s = ms["anchor"], ms["subgraph"]
+        same = picks["anchor"][0].name == picks["subgraph"][0].name and \
+            picks["anchor"][1].config.to_json_dict()["entity"] == \
+            picks["subgraph"][1].config.to_json_dict()["entity"]
+        vendor = f", torch (cuBLAS + epilogue ops) {ms['torch']:.3f} ms: torch / subgraph " \
+                 f"{ms['torch'] / s:.2f}" if "torch" in ms else ""
+        print(f"  {str(wl):<40} anchor-tuned {a:.3f} ms, subgraph-tuned {s:.3f} ms: "
+              f"{a / s:.2f}x, configs {'same' if same else 'differ'}{vendor}", flush=True)
 
 
 def chain_model(M, K, N1, N2):
@@ -167,16 +247,25 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="tiny shapes (a smoke run)")
     p.add_argument("--workdir")
+    p.add_argument("--target", default=None, help="cuda: the GPU subgraphs (int8 + requantize, "
+                                                   "f16 + bias + gelu), against torch; default: "
+                                                   "the host CPU, then the seed-004 chain")
     args = p.parse_args(argv)
     from ..codegen import use_host_cores  # noqa: PLC0415
-    from ..target import describe, host_cpu_target  # noqa: PLC0415
-    target = host_cpu_target()
+    from ..target import describe, host_cpu_target, parse_target  # noqa: PLC0415
+    target = host_cpu_target() if args.target is None else parse_target(args.target)
     use_host_cores()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tvm_ext_subgraph_"))
     work.mkdir(parents=True, exist_ok=True)
     for f in work.glob("*.json"):
         f.unlink()
     print(f"{describe(target)}; workdir {work}")
+    if target.kind.name == "cuda":
+        import torch  # noqa: PLC0415
+        print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}")
+        subgraph_vs_anchor(GPU_QUICK if args.quick else GPU_SUBGRAPHS, target, work,
+                           args.trials, args.tuner, args.rounds)
+        return 0
     subgraph_vs_anchor(QUICK if args.quick else SUBGRAPHS, target, work, args.trials,
                        args.tuner, args.rounds)
     chain((32, 64, 48, 40) if args.quick else (1024, 2048, 1024, 3072), target, work,

@@ -5,7 +5,8 @@ import tvm
 
 from ..errors import TvmExtError
 from ..result import error_line
-from ..session import make_measurer, tune_task
+from ..session import make_measurer, tune_task, tune_templates
+from ..strategy import templates_for
 from ..target import parse_target
 from ..task import Task
 from .extract import extract_families, extract_tasks
@@ -18,7 +19,10 @@ def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: 
     is its call count times its flop count, and every task gets at least ``min_trials``. One
     measurer serves every task (``measurer``, or one made from ``measure_options``).
     ``subgraphs``: the tasks are the matmuls fused with their epilogues, as
-    ``build(..., fuse_epilogue=True)`` runs them (``extract_tasks``).
+    ``build(..., fuse_epilogue=True)`` runs them (``extract_tasks``). A task that several
+    templates can build (CUDA cores and tensor cores) is one run over all of them, the budget
+    moving to the template that is winning (``tune_templates``; the summary's ``best_template``
+    and ``per_template`` say where it went).
     Returns [(Workload, count, trials, TuneSummary)]."""
     target = parse_target(target)
     tasks = extract_tasks(mod, target, subgraphs=subgraphs)
@@ -32,8 +36,13 @@ def tune_model(mod, target=None, *, trials: int, log, tuner: str = "xgb", seed: 
     try:
         for (wl, n), w in zip(tasks, weights):
             budget = max(min_trials, int(round(trials * w / total)))
-            s = tune_task(Task(wl, target), log, trials=budget, tuner=tuner, seed=seed,
-                          measurer=measurer, callbacks=callbacks)
+            options = [Task(wl, target, template=t.name) for t in templates_for(wl, target)]
+            if len(options) > 1:
+                s = tune_templates(options, log, trials=budget, tuner=tuner, seed=seed,
+                                   measurer=measurer, callbacks=callbacks)
+            else:
+                s = tune_task(options[0], log, trials=budget, tuner=tuner, seed=seed,
+                              measurer=measurer, callbacks=callbacks)
             out.append((wl, n, budget, s))
     finally:
         if own and hasattr(measurer, "close"):
