@@ -1,6 +1,6 @@
 """Tutorial: a transformer block from PyTorch, through Relax, with tuned tvm_ext matmuls on a GPU.
 
-    python tutorials/transformer_gpu.py [--trials 16] [--log transformer.json]
+    python tutorials/transformer_gpu.py [--trials 16] [--log transformer.json] [--subgraphs]
 
 1. a PyTorch block (q/k/v/o projections, attention batch_matmuls, a ReLU MLP),
 2. ``torch.export`` -> ``tvm.relax.frontend.torch.from_exported_program`` -> a Relax IRModule,
@@ -8,8 +8,9 @@
 4. ``tvm_ext.relax.tune_model``: the XGB tuner on each, one log, budget split by weight,
 5. build three ways: TVM's default pipeline (dlight schedules every kernel), ``tvm_ext.relax.build``
    under ``apply_history_best`` (our kernels for the matmuls, dlight for the rest), and the same
-   with ``fuse_epilogue=True`` (residual adds and the ReLU computed in our kernels),
-6. check both against torch and time them against torch eager (TF32 off).
+   with ``fuse_epilogue=True`` (residual adds and the ReLU computed in our kernels); with
+   ``--subgraphs`` a fourth: the fused matmuls tuned as they run (subgraph tasks),
+6. check them against torch and time them against torch eager (TF32 off).
 
 Needs a CUDA GPU and torch.
 """
@@ -56,6 +57,9 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=16 * 6)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--log", default="transformer.json")
+    p.add_argument("--subgraphs", action="store_true",
+                   help="also tune the fused subgraphs (matmul + residual / ReLU) as they run, "
+                        "with the same trials, into LOG's _subgraphs twin, and build with them")
     args = p.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
@@ -75,6 +79,14 @@ def main(argv=None):
                                               tuner="xgb"):
             print(f"  tuned {wl}: {s.trials} trials, best {s.best_gflops:.0f} GFLOP/s")
         print(f"tuning took {time.time() - t0:.0f}s")
+    sub_log = args.log.replace(".json", "") + "_subgraphs.json"
+    if args.subgraphs and args.trials:
+        t0 = time.time()
+        for wl, n, budget, s in tr.tune_model(mod, target, trials=args.trials, log=sub_log,
+                                              tuner="xgb", subgraphs=True):
+            print(f"  tuned {wl}: {s.trials} trials, best {s.best_gflops:.0f} GFLOP/s"
+                  + (f" on {s.best_template}" if s.best_template else ""))
+        print(f"subgraph tuning took {time.time() - t0:.0f}s")
 
     dev = tvm.cuda(0)
     with tvm_ext.apply_history_best(args.log) as ctx:
@@ -82,14 +94,18 @@ def main(argv=None):
     print(ctx.report)
     with tvm_ext.apply_history_best(args.log):
         fused = tr.build(mod, target, fuse_epilogue=True)
-    default = tvm.compile(mod, target=target)
+    builds = [("tvm default (dlight)", tvm.compile(mod, target=target)),
+              ("tvm_ext tuned", ours), ("tvm_ext tuned, fused", fused)]
+    if args.subgraphs:
+        with tvm_ext.apply_history_best(sub_log) as ctx:
+            builds.append(("tvm_ext subgraph-tuned", tr.build(mod, target, fuse_epilogue=True)))
+        print(ctx.report)
 
     xt = tvm.runtime.tensor(x.numpy(), dev)
     with torch.no_grad():
         want = block.cuda()(x.cuda()).cpu().numpy()
     times = {}
-    for name, ex in (("tvm default (dlight)", default), ("tvm_ext tuned", ours),
-                     ("tvm_ext tuned, fused", fused)):
+    for name, ex in builds:
         vm = relax.VirtualMachine(ex, dev)
         got = vm["main"](xt)
         np.testing.assert_allclose(got.numpy(), want, rtol=2e-3, atol=2e-3)
@@ -109,9 +125,9 @@ def main(argv=None):
             torch.cuda.synchronize()
             samples.append(start.elapsed_time(end) / 20 / 1e3)
     times["torch eager"] = float(np.median(samples))
-    print(f"{'':<22}{'ms':>9}")
+    print(f"{'':<24}{'ms':>9}")
     for name, t in times.items():
-        print(f"{name:<22}{t * 1e3:>9.4f}")
+        print(f"{name:<24}{t * 1e3:>9.4f}")
     return times
 
 

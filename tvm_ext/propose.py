@@ -2,15 +2,17 @@
 
 For each template family a small performance model estimates a config's time from the space's
 own facts (the workload's axes M, N, K, B and dtype, the target's hardware facts: vector width
-and registers, cores, SMs) and a few facts of the part (``cpu_facts``, ``_CUDA_PARTS``):
+and registers, cores, SMs) and the numbers of the part that ``target.device_facts`` gives them
+(clock, FMA units and caches of the CPU; peak throughput and DRAM bandwidth of the GPU):
 
 - **CPU packed GEMM** (``batch_matmul.x86``, ``dense_pack.x86``): per k step the register tile
-  (``yi`` rows x ``xi / lanes`` vectors of accumulators) is bound by the FMA ports (one
-  512-bit or two 256-bit FMAs a cycle), the load ports (one broadcast of A per row, B's vectors
-  again for every ``tile_inner`` chunk of rows) and the FMA latency (each accumulator's chain
-  waits 4 cycles a step: too few accumulators leave the ports idle); every parallel task packs
-  its B panel (a gather when B is stored [N, K]), so row chunks of few rows pack B again and
-  again; the tasks are dealt to the cores in rounds; the output is written to DRAM once.
+  (``yi`` rows x ``xi / lanes`` vectors of accumulators) is bound by the FMA units (two
+  256-bit on AVX2 cores, one 512-bit on Zen 4, two on Intel servers), the load ports (one
+  broadcast of A per row, B's vectors again for every ``tile_inner`` chunk of rows) and the
+  FMA latency (each accumulator's chain waits 4 cycles a step: too few accumulators leave the
+  units idle); every parallel task packs its B panel (a gather when B is stored [N, K]), so
+  row chunks of few rows pack B again and again; the tasks are dealt to the cores in rounds;
+  the output is written to DRAM once.
 - **CUDA-core GEMM** (``batch_matmul.cuda``, ``dense_large_batch.cuda``): the thread's register
   tile against its shared-memory reads per k, occupancy from threads, registers and shared
   memory, waves of the grid over the SMs, global traffic against the bandwidth.
@@ -30,47 +32,37 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-# CUDA, per sm: (f32 FMA TFLOP/s, f16 tensor TFLOP/s dense, int8 TOP/s, DRAM TB/s): the H100
-# SXM and A100 SXM datasheets; other parts use the sm_80 row.
-_CUDA_PARTS = {90: (67.0, 989.0, 1979.0, 3.35), 80: (19.5, 312.0, 624.0, 2.0)}
+from .target import device_facts
+
 # mma.sync and wmma feed Hopper's tensor cores through the Ampere path: our mma kernels ran
 # the large f16 GEMMs at 0.33-0.49x of cuBLAS on the H100, wgmma at 0.85-0.98x.
 _MMA_ON_HOPPER = 0.45
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_facts() -> Dict[str, float]:
-    """This host's clock (GHz) and data-cache sizes (bytes), read from /proc and sysfs; common
-    values where they cannot be read. ``dram_gbs`` (what a few cores stream to DRAM) is a
-    typical server figure, not read."""
-    facts = {"ghz": 3.0, "l1_bytes": 32 * 1024, "l2_bytes": 512 * 1024, "l3_bytes": 16 << 20,
-             "dram_gbs": 10.0}
-    try:
-        with open("/proc/cpuinfo") as f:
-            mhz = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
-        if mhz:
-            facts["ghz"] = max(mhz) / 1000
-    except (OSError, ValueError):
-        pass
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    for index in range(8):
-        try:
-            with open(f"{base}/index{index}/level") as f:
-                level = int(f.read())
-            with open(f"{base}/index{index}/type") as f:
-                kind = f.read().strip()
-            with open(f"{base}/index{index}/size") as f:
-                text = f.read().strip()
-        except (OSError, ValueError):
-            continue
-        if kind != "Instruction" and text[:-1].isdigit():
-            scale = {"K": 1024, "M": 1 << 20}.get(text[-1], 1)
-            facts[f"l{level}_bytes"] = int(text[:-1]) * scale
-    return facts
+def _cpu_part(f: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The CPU numbers the x86 model reads (clock_ghz, fma_units, l1d_bytes, l2_bytes,
+    dram_gbs): the space's facts carry them (``target.hardware_facts``); a space built from
+    other facts gets this host's, with one 512-bit or two narrower FMAs a cycle."""
+    if "clock_ghz" in f:
+        return f
+    host = {key: fact.value for key, fact in device_facts({"kind": "llvm"}).items()}
+    return {**host, "fma_units": 1 if f.get("vector_bits", 256) >= 512 else 2}
+
+
+def _cuda_part(f: Mapping[str, Any]) -> Tuple[float, float, float, float]:
+    """(f32 FMA TFLOP/s, f16 tensor TFLOP/s, int8 TOP/s, DRAM TB/s) of the target's GPU: the
+    space's facts carry them (``target.hardware_facts``); a space built from other facts gets
+    its arch's part (sm_90: an H100 SXM)."""
+    if "dram_tbs" not in f:
+        f = {key: fact.value for key, fact in
+             device_facts({"kind": "cuda", "arch": f"sm_{f.get('sm', 90)}"},
+                          detect_gpu=False).items()}
+    return (f["peak_f32_tflops"], f["peak_f16_tensor_tflops"], f["peak_int8_tensor_tops"],
+            f["dram_tbs"])
 
 
 # ---- the models: plain knob values + the space's facts -> estimated seconds ----
@@ -79,14 +71,15 @@ def cpu_facts() -> Dict[str, float]:
 def _x86_gemm(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     lanes, regs, nb = f["vector_lanes"], f["vector_registers"], f["dtype_bytes"]
     M, N, K, B = f["M"], f["N"], f["K"], f.get("B", 1)
-    cpu = cpu_facts()
+    cpu = _cpu_part(f)
     yi, xi = v["tile_y"][-1], v["tile_x"][-1]
     ki = v["tile_k"][-1]
     r = v["tile_inner"][-1] if "tile_inner" in v else yi
     vecs = -(-xi // lanes)
     acc = yi * vecs
-    # A 512-bit FMA issues once a cycle (two 256-bit pipes), 256-bit ones twice.
-    fma_rate = 1.0 if f.get("vector_bits", 256) >= 512 else 2.0
+    # FMAs of the vector width issued a cycle (Zen 4: one 512-bit on two 256-bit pipes; Intel
+    # servers and Zen 5: two 512-bit; AVX2 cores: two 256-bit): target.py's table.
+    fma_rate = float(cpu["fma_units"])
     loads = yi + (yi // max(r, 1)) * vecs
     step = max(acc / fma_rate, loads / 2.0, 4.0)  # cycles per k step of the tile
     if not v.get("unroll_k", 1):
@@ -97,7 +90,7 @@ def _x86_gemm(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
         # A row of 3 (5, 6...) vectors is a vector type LLVM legalises by splitting into
         # scalar parts: measured 8-10x slower than 1, 2 or 4 vectors (dense 128x3072x768).
         step *= 8.0
-    if yi * K * nb > cpu["l1_bytes"]:
+    if yi * K * nb > cpu["l1d_bytes"]:
         step *= 1.15  # the tile's A rows come from L2
     # The parallel tasks, as the schedules make them, and the B columns each one packs.
     if len(v["tile_y"]) == 2:  # batch_matmul.x86: (batch, column panel of xi, yt row chunks)
@@ -114,7 +107,7 @@ def _x86_gemm(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     compute = B * (M / yi) * (N / xi) * K * step * (rounds * busy / tasks) / busy
     gather = 2.0 if f.get("layout", "NT")[1] == "T" else 1.0  # B stored [N, K]: a gather
     pack = tasks * K * cols * gather / busy
-    seconds = (compute + pack) / (cpu["ghz"] * 1e9)
+    seconds = (compute + pack) / (cpu["clock_ghz"] * 1e9)
     # The output goes to DRAM once (read for ownership, then written), A and B are read once.
     memory = (2.0 * B * M * N + B * (M + N) * K) * nb / (cpu["dram_gbs"] * 1e9)
     return max(seconds, memory) + 0.2 * min(seconds, memory)
@@ -131,10 +124,6 @@ def _occupancy(threads: int, regs_per_thread: int, smem: int, f) -> int:
 def _waves(blocks: int, per_sm: int, f) -> int:
     """Full waves the grid takes (a grid that fills 1.1 waves takes 2)."""
     return max(1, math.ceil(blocks / (max(1, per_sm) * f["num_sms"])))
-
-
-def _cuda_part(f):
-    return _CUDA_PARTS.get(f.get("sm", 90), _CUDA_PARTS[80])
 
 
 def _cuda_simt(v, f) -> float:

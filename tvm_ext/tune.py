@@ -54,8 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="FILE",
                    help="tune every matmul of a Relax model (a Python file defining `mod` or "
                         "`get_model()`) under one --trials budget into one log")
-    p.add_argument("--trials", type=int, default=32, help="configs to measure (default 32)")
-    p.add_argument("--tuner", default="random",
+    p.add_argument("--trials", type=int, default=None,
+                   help="configs to measure (default 32; with --fast, K per kernel: 20)")
+    p.add_argument("--fast", action="store_true",
+                   help="a good kernel in seconds: measure the proposer's top K configs (K = "
+                        "--trials, default 20) in one parallel batch (the topk tuner); with "
+                        "--model, K per kernel of the model")
+    p.add_argument("--tuner", default=None,
                    help="random, grid, ga, xgb (rank loss), xgb-reg or topk (measure the "
                         "proposer's best configs) (default random)")
     p.add_argument("--batch-size", type=int, default=8, help="configs per measure batch")
@@ -226,6 +231,16 @@ def _measure_options(args):
                           local=args.local)
 
 
+def _fast_options(args):
+    """--fast on the CPU measures in this process (unless --rpc-tracker): a CPU kernel builds
+    in a fraction of a second, and a pool's workers would compete with the timed runs."""
+    import dataclasses  # noqa: PLC0415
+    options = args.measure_options
+    if args.fast and args.target_obj.kind.name == "llvm" and options.rpc is None:
+        return dataclasses.replace(options, local=True)
+    return options
+
+
 def _check_device(args, workloads) -> None:
     """Before anything is measured: this host can run ``workloads`` (a GPU for CUDA, memory
     for the buffers; an RPC farm's devices are the servers' concern) with the timing asked."""
@@ -276,15 +291,21 @@ def _tune_model(args) -> int:
     log = Path(args.log) if args.log else default_log("model", args.target_obj)
     if log.exists():
         record.check_target(record.load(log), args.target_obj, log)
-    print(f"log: {log}; {args.trials} trials split by call count x flops")
+    if args.fast:
+        print(f"log: {log}; fast: the proposer's top {args.trials} configs per kernel")
+    else:
+        print(f"log: {log}; {args.trials} trials split by call count x flops")
     if tasks:
+        t0 = time.time()
         results = tune_model(mod, args.target_obj, trials=args.trials, log=log,
-                             tuner=args.tuner, seed=args.seed,
-                             measure_options=args.measure_options, subgraphs=args.subgraphs)
+                             tuner=args.tuner, seed=args.seed, fast=args.fast, k=args.trials,
+                             measure_options=_fast_options(args), subgraphs=args.subgraphs)
         for wl, n, budget, s in results:
             where = "; ".join(f"{k} {p.trials}" for k, p in s.per_template.items())
-            print(f"  {wl}  x{n}: {s.trials}/{budget} trials, best {s.best_gflops:.1f} GFLOP/s"
+            print(f"  {wl}  x{n}: {s.trials}/{budget} trials in {s.elapsed:.1f}s, best "
+                  f"{s.best_gflops:.1f} GFLOP/s"
                   + (f" on {s.best_template} (trials: {where})" if where else ""))
+        print(f"tuned {len(results)} kernels in {time.time() - t0:.1f}s")
     if sizes:
         per_rep = max(4, args.trials // max(1, args.max_kernels * len(families)))
         print(f"shape families: {per_rep} trials per representative, at most "
@@ -375,6 +396,18 @@ def run(argv: Optional[List[str]] = None) -> int:
                                                        else argv)))
     # Options of the tuning loop (the measurement options check themselves, below).
     from .session import check_loop_options  # noqa: PLC0415
+    if args.fast:
+        from .relax.tuning import FAST_K  # noqa: PLC0415
+        if args.tuner not in (None, "topk"):
+            raise TvmExtError(f"--fast measures the proposer's top K (the topk tuner); it does "
+                              f"not go with --tuner {args.tuner}")
+        args.tuner = "topk"
+        args.trials = FAST_K if args.trials is None else args.trials
+        if args.trials is not None and args.trials >= 1:
+            args.batch_size = max(args.batch_size, args.trials)
+    else:
+        args.tuner = args.tuner or "random"
+        args.trials = 32 if args.trials is None else args.trials
     check_loop_options(n_trial=args.trials, batch_size=args.batch_size,
                        early_stopping=args.early_stopping,
                        names={"n_trial": "--trials", "batch_size": "--batch-size",
@@ -421,6 +454,9 @@ def run(argv: Optional[List[str]] = None) -> int:
         return 1
     print(f"best: {best.result.mean * 1e3:.4f} ms  {wl.flop / best.result.mean / 1e9:.1f} "
           f"GFLOP/s  {best.task_name} {best.config}")
+    from .report import tune_summary  # noqa: PLC0415
+    for line in tune_summary(log, wl, args.target_obj):
+        print(line)
     return 0
 
 
@@ -459,7 +495,7 @@ def _tune_templates(args, wl, names: List[str], log: Path) -> int:
     try:
         summary = session.tune_templates(
             tasks, log, trials=args.trials, tuner=args.tuner, seed=args.seed,
-            resume=args.resume, transfer=args.transfer or [], measure_options=args.measure_options,
+            resume=args.resume, transfer=args.transfer or [], measure_options=_fast_options(args),
             batch_size=args.batch_size, early_stopping=args.early_stopping,
             callbacks=[progress], on_batch=lambda task, n: progress.label(task.name))
     finally:
@@ -481,6 +517,8 @@ def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
     print(f"task: {task.name} for {wl} on {describe(task.target)}; space {len(space)} configs")
 
     if args.list_space:
+        from .target import facts_lines  # noqa: PLC0415
+        print("\n".join(facts_lines(task.target, wl.dtype)))
         print(space.describe())
         if len(space) <= 200_000:
             print(f"valid configs: {sum(1 for _ in space.valid_indices())}")
@@ -510,7 +548,7 @@ def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
         print(f"would measure {trials} configs into {log}")
         return 0
 
-    options = args.measure_options
+    options = _fast_options(args)
     _check_device(args, [wl])
     print(f"log: {log}")
     progress = Progress(trials, args.quiet)

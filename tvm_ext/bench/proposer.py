@@ -57,21 +57,28 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None) ->
         for name, wl in suite.items():
             task = Task(wl, target)
             picks = task.space.random_valid(np.random.default_rng(seed), configs)
-            est, real = [], []
+            est, real, points = [], [], []
             for at in range(0, len(picks), 32):
                 cfgs = [task.config(i) for i in picks[at:at + 32]]
                 for cfg, res in zip(cfgs, measurer.measure(task, cfgs)):
                     if res.ok:
                         est.append(estimate(task.space, cfg))
                         real.append(res.mean)
+                        # Each point, so that a model can be fitted to them later (offline).
+                        points.append({"index": cfg.index, "estimate": est[-1],
+                                       "ms": res.mean * 1e3})
             start = time.time()
+            seen = []
             summary = tune_task(Task(wl, target), None, trials=k, tuner="topk",
-                                measurer=measurer, batch_size=k)
+                                measurer=measurer, batch_size=k,
+                                callbacks=[lambda _t, c, r: seen.extend(zip(c, r))])
             wall = time.time() - start
             row = {"workload": name, "shape": str(wl), "template": task.name,
                    "threads": threads, "configs": len(real), "spearman": spearman(est, real),
                    "random_best_ms": min(real) * 1e3, "topk_best_ms": summary.best_cost * 1e3,
-                   "topk_wall_s": wall, "k": k}
+                   "topk_wall_s": wall, "k": k, "points": points,
+                   "topk": [{"index": c.index, "ms": r.mean * 1e3 if r.ok else None}
+                            for c, r in seen]}
             row["topk_vs_random_best"] = row["random_best_ms"] / row["topk_best_ms"]
             shipped = ""
             if log:
