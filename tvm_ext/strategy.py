@@ -15,7 +15,7 @@ from .target import hardware_facts, target_info
 from .template import Template
 
 BUILTIN = (
-    x86_gemm.BATCH_MATMUL_X86, x86_gemm.DENSE_PACK_X86,
+    x86_gemm.BATCH_MATMUL_X86, x86_gemm.DENSE_PACK_X86, x86_gemm.DENSE_GEMV_X86,
     cuda_simt.BATCH_MATMUL_CUDA, cuda_simt.DENSE_LARGE_BATCH_CUDA,
     cuda_simt.DENSE_SMALL_BATCH_CUDA,
     *cuda_tensorcore.TEMPLATES,

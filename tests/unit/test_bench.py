@@ -14,8 +14,13 @@ def test_cpu_suite_quick(tmp_path, capsys):
     assert main(["--suite", "cpu", "--quick", "--tune", "2", "--log",
                        str(tmp_path / "q.json"), "--repeat", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert len(rows) == 3 and all(r["ours_ms"] > 0 and r["ref_ms"] > 0 for r in rows)
-    assert all(r["tuned"] == "tuned" for r in rows)
+    # bmm, dense, gemv, odd, then the chain; every row measured, tuned, with numpy's best
+    # sample and (tuned matmul rows) the template's fallback timed beside it.
+    assert [r["name"].split()[0] for r in rows] == ["bmm", "dense", "gemv", "odd", "chain"]
+    assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 and r["ref_best_ms"] > 0 for r in rows)
+    assert all(r["tuned"].endswith("tuned") for r in rows)
+    assert all(r["fallback_ms"] > 0 for r in rows[:-1])
+    assert "dense_gemv.x86 tuned" in rows[2]["tuned"]
     assert "ratio" in capsys.readouterr().out
 
 
@@ -28,7 +33,7 @@ def test_tuning_cost_quick(tmp_path, capsys):
     assert main(["--suite", "tuning-cost", "--quick", "--log", log, "--trials", "16",
                        "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert [r["name"] for r in rows] == ["bmm", "dense", "chain_mm1", "chain_mm2"]
+    assert [r["name"] for r in rows] == ["bmm", "dense", "chain_mm1", "chain_mm2", "gemv", "odd"]
     for r in rows:
         assert r["shipped_ms"] > 0 and 0 < r["trials"] <= 16 and r["best_ms"] > 0
         if r["reached_trial"] is not None:

@@ -23,6 +23,9 @@ class Row:
     # the tuner timed it (replay check); None elsewhere.
     recorded_ms: Optional[float] = None
     replay_ms: Optional[float] = None
+    # CPU rows: the reference's best sample, and the template's untuned kernel (tuned rows).
+    ref_best_ms: Optional[float] = None
+    fallback_ms: Optional[float] = None
 
     @property
     def ratio(self) -> float:
@@ -70,8 +73,13 @@ def print_table(rows: List[Row], *, ref_name: str):
           f"{'GFLOP/s':>8}  spread (ref | ours)")
     for r in rows:
         gf = r.flop / r.ours_ms / 1e6
+        extra = ""
+        if r.ref_best_ms is not None:
+            extra += f"; vs {ref_name}'s best sample {r.ref_best_ms / r.ours_ms:.2f}"
+        if r.fallback_ms is not None:
+            extra += f"; tuned/fallback {r.fallback_ms / r.ours_ms:.2f}x"
         print(f"{r.name:<58} {r.ref_ms:>10.4g} {r.ours_ms:>11.4g} {r.ratio:>6.2f} {gf:>8.1f}  "
-              f"{r.ref_spread} | {r.ours_spread} ({r.tuned})")
+              f"{r.ref_spread} | {r.ours_spread} ({r.tuned}){extra}")
     replays = [r for r in rows if r.replay_ms]
     if replays:
         print("replay of the log's records: re-measured as the tuner measures (pool build, fresh "

@@ -107,13 +107,19 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     acc = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(acc, jo)
     inline_consumer(sch, acc)  # a padded M: the crop, in the write-back
-    sch.vectorize(sch.get_loops(acc)[-1])
+    last = sch.get_loops(acc)[-1]
+    # A one-row, one-column tile has no loops of its own under jo: vectorizing "its last
+    # loop" would vectorize jo, around the serial reduction (wrong sums).
+    if not sch.get(last).same_as(sch.get(jo)):
+        sch.vectorize(last)
     inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
     if has_block(sch, "A_pad"):
         sch.compute_inline(sch.get_sblock("A_pad"))
     # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel only).
     sch.compute_at(pack, outer)
-    sch.vectorize(sch.get_loops(pack)[-1])
+    own = sch.get_loops(pack)
+    if not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel has no loop of its own
+        sch.vectorize(own[-1])
     sch.unroll(ii_o)
     if unroll_k:
         sch.unroll(kin)
@@ -191,3 +197,68 @@ DENSE_PACK_X86 = ScheduleTemplate(
     name="dense_pack.x86", op="dense", target_kind="llvm",
     compute=_packed_compute, schedule=_dense_schedule, fallback=_dense_fallback,
     check=lambda wl, facts: None, dtypes=("float32", "float64"), symbolic=True)
+
+
+# ---- dense_gemv.x86: a matrix-vector product and few rows (M <= 4) against a weight stored
+# [N, K] (layout NT, TOPI's dense). The packed GEMM would pack the whole weight for one use of
+# each element (a second pass over it, the kernel was 0.23x numpy at 1x4096x4096); this kernel
+# streams each weight row once: every parallel task owns ``xi`` consecutive rows of the weight
+# (contiguous memory), and each output is a dot product over K in ``kv``-wide vector partial
+# sums (rfactor), ``ku`` vector steps unrolled, added across lanes once at the end.
+# Knobs: tile_x = [xo, xi] (rows of the weight per parallel task), tile_k = [ko, ku, kv].
+
+GEMV_MAX_M = 4
+
+
+def _gemv_check(wl, facts):
+    if wl.M > GEMV_MAX_M:
+        return f"M={wl.M} > {GEMV_MAX_M} (use dense_pack.x86)"
+    if wl.epilogue:  # the lanes' sum is a reduction block: no write-back to fuse into
+        return "its final sum across the vector lanes takes no epilogue (dense_pack.x86 does)"
+    return None
+
+
+def _gemv_schedule(sch, cfg, wl, facts):
+    """The matmul block C[m, n] = sum_k A[m, k] * W[n, k] (``matmul_compute``)."""
+    _, xi = cfg["tile_x"].size
+    _, ku, kv = cfg["tile_k"].size
+    c = sch.get_sblock(MATMUL_BLOCK)
+    _, _, k = sch.get_loops(c)
+    ko, kin = sch.split(k, [None, kv])
+    rf = sch.rfactor(kin, 0)  # C_rf[kv, m, n]: the partial sums of each lane
+    i, j, ko, kin = sch.get_loops(rf)
+    jo, ji = sch.split(j, [None, xi])
+    koo, koi = sch.split(ko, [None, ku])
+    # Each vector of the weight row is loaded once for all M rows of A (M partial sums).
+    sch.reorder(jo, ji, koo, koi, i, kin)
+    sch.parallel(jo)
+    sch.unroll(i)
+    acc = sch.cache_write(rf, 0, "local")  # the kv partial sums of one output, in registers
+    sch.reverse_compute_at(acc, ji)
+    sch.unroll(koi)
+    sch.vectorize(kin)
+    sch.decompose_reduction(rf, koo)
+    # The sum across the lanes, per output, right after its partial sums (still in cache).
+    sch.reverse_compute_at(c, ji)
+
+
+def _gemv_fallback(space, wl, facts):
+    lanes = facts["vector_lanes"]
+    # A whole vector of partial sums where K allows, else a half or a quarter vector.
+    kv = next((largest_factor(wl.K, lanes, m) for m in (lanes, lanes // 2, lanes // 4)
+               if m and wl.K % m == 0), largest_factor(wl.K, lanes))
+    ku = largest_factor(wl.K // kv, 4)
+    # Rows per task: enough tasks for 8 per core (load balance), at most 64 rows.
+    xi = largest_factor(wl.N, max(1, min(64, wl.N // (8 * facts["num_cores"]))))
+    return {"tile_x": [-1, xi], "tile_k": [-1, ku, kv]}
+
+
+DENSE_GEMV_X86 = ScheduleTemplate(
+    name="dense_gemv.x86", op="dense", target_kind="llvm",
+    compute=lambda wl, cfg: _plain(wl), schedule=_gemv_schedule, fallback=_gemv_fallback,
+    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT",), priority=1)
+
+
+def _plain(wl):
+    from .common import matmul_compute  # noqa: PLC0415
+    return matmul_compute(wl)

@@ -1,0 +1,64 @@
+"""The CPU matrix-vector template (issue 25, item 2) and odd shapes on llvm: numerics of the
+fallback and of random valid configs over primes, K = 1 and M = 1, and which template the
+strategy picks. (Speed: ``python -m tvm_ext.bench --suite cpu``.)"""
+import numpy as np
+import pytest
+
+from tvm_ext.strategy import BUILTIN, templates_for
+from tvm_ext.target import host_cpu_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+CPU = host_cpu_target()
+
+
+def _check(task, cfg, rng):
+    import tvm
+    wl = task.workload
+    a = rng.standard_normal(wl.a_shape).astype("float32")
+    b = rng.standard_normal(wl.b_shape).astype("float32")
+    out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
+    task.build(cfg).mod["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
+    at = np.swapaxes(a, -1, -2) if wl.transpose_a else a
+    bt = np.swapaxes(b, -1, -2) if wl.transpose_b else b
+    want = at.astype(np.float64) @ bt.astype(np.float64)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * max(1, wl.K) ** 0.5)
+
+
+@pytest.mark.parametrize("shape", [(1, 4096, 1024), (1, 257, 97), (3, 131, 61), (4, 64, 1),
+                                   (1, 1, 1), (2, 1000, 1000)], ids=str)
+def test_gemv_numerics(shape):
+    wl = Workload.create("dense", shape, layout="NT")
+    task = Task(wl, CPU)
+    assert task.name == "dense_gemv.x86"
+    rng = np.random.default_rng(0)
+    picks = task.space.random_valid(np.random.default_rng(1), 3)
+    for cfg in [task.fallback_config()] + [task.config(i) for i in picks]:
+        _check(task, cfg, rng)
+
+
+@pytest.mark.parametrize("op,shape,layout", [
+    ("dense", (7, 13, 11), "NT"), ("dense", (1, 97, 89), "NN"), ("dense", (5, 3, 1), "TN"),
+    ("dense", (31, 37, 41), "TT"), ("batch_matmul", (3, 1, 17, 29), "NT"),
+    ("batch_matmul", (2, 19, 1, 23), "NN"), ("batch_matmul", (1, 53, 59, 1), "TN"),
+], ids=str)
+def test_odd_shapes_every_cpu_template(op, shape, layout):
+    """Primes, K = 1, M = 1 and N = 1 on every CPU template that applies."""
+    wl = Workload.create(op, shape, layout=layout)
+    rng = np.random.default_rng(0)
+    for t in [t for t in templates_for(wl, CPU) if t in BUILTIN]:  # not other tests' templates
+        task = Task(wl, CPU, template=t.name)
+        picks = task.space.random_valid(np.random.default_rng(2), 2)
+        for cfg in [task.fallback_config()] + [task.config(i) for i in picks]:
+            _check(task, cfg, rng)
+
+
+def test_strategy_picks_gemv_for_few_rows_of_an_nt_weight():
+    def names(shape, layout="NT", epilogue=""):
+        wl = Workload.create("dense", shape, layout=layout, epilogue=epilogue)
+        return [t.name for t in templates_for(wl, CPU)]
+    assert names((1, 4096, 4096)) == ["dense_gemv.x86", "dense_pack.x86"]
+    assert names((4, 512, 512)) == ["dense_gemv.x86", "dense_pack.x86"]
+    assert names((5, 512, 512)) == ["dense_pack.x86"]  # more rows: the packed GEMM
+    assert names((1, 512, 512), "NN") == ["dense_pack.x86"]  # a [K, N] weight
+    assert names((1, 512, 512), epilogue="bias+relu") == ["dense_pack.x86"]
