@@ -1,6 +1,7 @@
-"""The tuner comparison: best GFLOP/s against trials for random, GA, XGB and XGB with transfer,
-replayed from a full measurement of the batch_matmul.x86 space of TUNER_WORKLOAD (each tuner
-sees real costs; many seeds are cheap)."""
+"""The tuner comparison: best GFLOP/s against trials for random, GA, XGB from a random first plan
+(AutoTVM's), XGB from the proposer's first plan (tvm_ext's default), XGB with transfer and top-k
+(the proposer's ranking measured in order), replayed from a full measurement of the
+batch_matmul.x86 space of TUNER_WORKLOAD (each tuner sees real costs; many seeds are cheap)."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -36,14 +37,20 @@ def run_tuners(space_log: str, *, transfer_logs: Sequence[str] = (), seeds=(0, 1
     # curves were drawn; loaded once, not once per seed.
     transfer = [[r for p in transfer_logs for r in record.load(p)]]
     curves = {}
+    from ..tuner import make_tuner  # noqa: PLC0415
     for label, tuner, trials, use_transfer in (("random", "random", random_budget, False),
                                                ("ga", "ga", budget, False),
+                                               ("xgb-random-start", "xgb0", budget, False),
                                                ("xgb", "xgb", budget, False),
-                                               ("xgb+transfer", "xgb", budget, True)):
+                                               ("xgb+transfer", "xgb", budget, True),
+                                               ("topk", "topk", budget, False)):
         curves[label] = []
         for seed in seeds:
+            # AutoTVM's start (a random first plan) is an option of our XGB tuner.
+            t = make_tuner("xgb", task.space, seed=seed, seed_with_proposer=False) \
+                if tuner == "xgb0" else tuner
             # No log (the costs are replayed), the replay measurer given: nothing to close.
-            s = tune_task(task, None, trials=trials, tuner=tuner, seed=seed,
+            s = tune_task(task, None, trials=trials, tuner=t, seed=seed,
                           transfer=transfer if use_transfer else (), measurer=replay,
                           batch_size=8)
             curves[label].append(s.history)
@@ -58,7 +65,7 @@ def run_tuners(space_log: str, *, transfer_logs: Sequence[str] = (), seeds=(0, 1
                          else "-")
         print(f"{label:<14}" + "".join(f"{x:>16}" for x in cells))
     rnd256 = [h[min(len(h), random_budget) - 1] for h in curves["random"]]
-    for label in ("xgb", "xgb+transfer", "ga"):
+    for label in ("xgb", "xgb-random-start", "xgb+transfer", "ga", "topk"):
         at = [h[min(len(h), budget) - 1] for h in curves[label]]
         print(f"{label} best after {budget} trials / random's best after {random_budget}: "
               + ", ".join(f"{a / r:.3f}" for a, r in zip(at, rnd256)) + " (per seed)")

@@ -27,7 +27,8 @@ from .base import PlanningTuner
 class XGBTuner(PlanningTuner):
     def __init__(self, space, *, seed=None, loss="rank", plan_size=32, random_share=0.1,
                  min_data=8, sa_chains=64, sa_steps=60, num_boost_round=60,
-                 loop_features: Optional[Callable[[int], np.ndarray]] = None, **options):
+                 loop_features: Optional[Callable[[int], np.ndarray]] = None,
+                 seed_with_proposer: bool = True, **options):
         super().__init__(space, seed=seed, **options)
         if loss not in ("rank", "reg"):
             from ..errors import TvmExtError  # noqa: PLC0415
@@ -44,6 +45,8 @@ class XGBTuner(PlanningTuner):
         self._loop_cache: Dict[int, np.ndarray] = {}
         self.n_plans = 0
         self.n_seeded = 0  # configs of the first plan that came from the proposer
+        # False: the first plan is random, as AutoTVM's was (the tuners benchmark compares).
+        self.seed_with_proposer = seed_with_proposer
 
     # ---- data ----
     def tell(self, indices, costs):
@@ -170,7 +173,7 @@ class XGBTuner(PlanningTuner):
         if valid_data + len(self.transfer_x) < self.min_data:
             # Before the model has data: the proposer's best configs (``tvm_ext.propose``),
             # then a random share, so the first model sees both good and varied configs.
-            seeded = [] if self.n_seeded else propose(
+            seeded = [] if self.n_seeded or not self.seed_with_proposer else propose(
                 self.space, self.plan_size - int(round(self.plan_size * self.random_share)),
                 exclude=self.visited)
             self.n_seeded += len(seeded)
