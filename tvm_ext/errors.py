@@ -24,3 +24,16 @@ class LogError(TvmExtError):
 
 class TemplateError(TvmExtError):
     """No template applies to a workload on a target."""
+
+
+def run_command(prog: str, run, argv=None) -> int:
+    """A command line's ``main``: ``run(argv)``, a TvmExtError printed as the one line
+    ``<prog>: error: <message>`` with exit code 2 (tvm_ext.tune, tvm_ext.report)."""
+    import logging  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    logging.basicConfig(format="%(message)s")  # no-op when the caller configured logging
+    try:
+        return run(argv)
+    except TvmExtError as err:
+        sys.stderr.write(f"{prog}: error: {err}\n")
+        return 2

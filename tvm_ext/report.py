@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import record as rec
-from .errors import LogError, TvmExtError
+from .errors import LogError, TvmExtError, run_command
 from .target import describe, target_info
 from .workload import Workload
 
@@ -607,12 +607,7 @@ def run(argv: Optional[List[str]] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    logging.basicConfig(format="%(message)s")  # no-op when the caller configured logging
-    try:
-        return run(argv)
-    except TvmExtError as err:
-        sys.stderr.write(f"{PROG}: error: {err}\n")
-        return 2
+    return run_command(PROG, run, argv)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from .errors import TvmExtError
+from .errors import TvmExtError, run_command
 from .workload import (DEFAULT_SHAPES, LAYOUTS, OPS, Family, Workload, is_family_text,
                        parse_shape)
 
@@ -567,12 +567,8 @@ def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    logging.basicConfig(format="%(message)s")  # no-op when the caller configured logging
     try:
-        return run(argv)
-    except TvmExtError as err:
-        sys.stderr.write(f"{PROG}: error: {err}\n")
-        return 2
+        return run_command(PROG, run, argv)
     except KeyboardInterrupt:
         # A new line ends the progress line (or the ^C) on a terminal; elsewhere, one line.
         start = "\n" if sys.stderr.isatty() else ""
