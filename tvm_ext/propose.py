@@ -113,6 +113,31 @@ def _x86_gemm(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     return max(seconds, memory) + 0.2 * min(seconds, memory)
 
 
+def _x86_gemv(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
+    """dense_gemv.x86: each task streams xi rows of the weight; per kv-wide step, one weight
+    vector load and M FMAs into M partial sums (kv / lanes vectors each): bound by DRAM when
+    the weight is large, else by the FMA chains' latency and the tasks over the cores."""
+    lanes, nb = f["vector_lanes"], f["dtype_bytes"]
+    M, N, K = f["M"], f["N"], f["K"]
+    cpu = _cpu_part(f)
+    xi = v["tile_x"][-1]
+    _, ku, kv = v["tile_k"]
+    vecs = -(-kv // lanes)
+    chains = M * vecs  # independent accumulators: each FMA waits 4 cycles on its own chain
+    step = max(4.0 / chains * M * vecs, (M + 1) * vecs / 2.0, M * vecs / float(cpu["fma_units"]))
+    if kv % lanes:
+        step *= 2.0  # a partial vector: masked or scalar tails
+    step += 2.0 / max(ku, 1)  # the ko loop, once per ku steps
+    cores = max(1, int(f.get("num_cores") or os.cpu_count() or 1))
+    tasks = -(-N // xi)
+    busy = min(cores, tasks)
+    rounds = -(-tasks // cores)
+    cycles = N * (K / kv) * step * (rounds * busy / tasks) / busy + 200.0 * rounds
+    seconds = cycles / (cpu["clock_ghz"] * 1e9)
+    memory = (N * K + M * K + M * N) * nb / (cpu["dram_gbs"] * 1e9)
+    return max(seconds, memory) + 0.2 * min(seconds, memory)
+
+
 def _occupancy(threads: int, regs_per_thread: int, smem: int, f) -> int:
     """Blocks per SM allowed by threads, registers and shared memory (sm_80/sm_90 limits)."""
     by_threads = 2048 // max(threads, 1)
@@ -203,6 +228,8 @@ def model_for(template: str) -> Optional[Callable]:
     """The performance model of a template's family, or None."""
     if template in ("batch_matmul.x86", "dense_pack.x86"):
         return _x86_gemm
+    if template == "dense_gemv.x86":
+        return _x86_gemv
     if template in ("batch_matmul.cuda", "dense_large_batch.cuda"):
         return _cuda_simt
     if template == "dense_small_batch.cuda":
