@@ -1,6 +1,7 @@
 """Tutorial: a transformer block from PyTorch, through Relax, with tuned tvm_ext matmuls on a GPU.
 
     python tutorials/transformer_gpu.py [--trials 16] [--log transformer.json] [--subgraphs]
+                                        [--fast]
 
 1. a PyTorch block (q/k/v/o projections, attention batch_matmuls, a ReLU MLP),
 2. ``torch.export`` -> ``tvm.relax.frontend.torch.from_exported_program`` -> a Relax IRModule,
@@ -9,7 +10,8 @@
 5. build three ways: TVM's default pipeline (dlight schedules every kernel), ``tvm_ext.relax.build``
    under ``apply_history_best`` (our kernels for the matmuls, dlight for the rest), and the same
    with ``fuse_epilogue=True`` (residual adds and the ReLU computed in our kernels); with
-   ``--subgraphs`` a fourth: the fused matmuls tuned as they run (subgraph tasks),
+   ``--subgraphs`` a fourth: the fused matmuls tuned as they run (subgraph tasks); with
+   ``--fast`` one more: the fused matmuls tuned with the proposer's top 20 each (seconds),
 6. check them against torch and time them against torch eager (TF32 off).
 
 Needs a CUDA GPU and torch.
@@ -60,6 +62,9 @@ def main(argv=None):
     p.add_argument("--subgraphs", action="store_true",
                    help="also tune the fused subgraphs (matmul + residual / ReLU) as they run, "
                         "with the same trials, into LOG's _subgraphs twin, and build with them")
+    p.add_argument("--fast", action="store_true",
+                   help="also tune the fused subgraphs fast (the proposer's top 20 each, one "
+                        "parallel batch) into LOG's _fast twin, and build with them")
     args = p.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
@@ -87,6 +92,14 @@ def main(argv=None):
             print(f"  tuned {wl}: {s.trials} trials, best {s.best_gflops:.0f} GFLOP/s"
                   + (f" on {s.best_template}" if s.best_template else ""))
         print(f"subgraph tuning took {time.time() - t0:.0f}s")
+    fast_log = args.log.replace(".json", "") + "_fast.json"
+    if args.fast:
+        t0 = time.time()
+        for wl, n, budget, s in tr.tune_model(mod, target, log=fast_log, fast=True,
+                                              subgraphs=True):
+            print(f"  fast {wl}: {s.trials} trials, best {s.best_gflops:.0f} GFLOP/s"
+                  + (f" on {s.best_template}" if s.best_template else ""))
+        print(f"fast tuning took {time.time() - t0:.0f}s")
 
     dev = tvm.cuda(0)
     with tvm_ext.apply_history_best(args.log) as ctx:
@@ -99,6 +112,10 @@ def main(argv=None):
     if args.subgraphs:
         with tvm_ext.apply_history_best(sub_log) as ctx:
             builds.append(("tvm_ext subgraph-tuned", tr.build(mod, target, fuse_epilogue=True)))
+        print(ctx.report)
+    if args.fast:
+        with tvm_ext.apply_history_best(fast_log) as ctx:
+            builds.append(("tvm_ext fast-tuned", tr.build(mod, target, fuse_epilogue=True)))
         print(ctx.report)
 
     xt = tvm.runtime.tensor(x.numpy(), dev)

@@ -13,19 +13,22 @@ and registers, cores, SMs) and the numbers of the part that ``target.device_fact
   units idle); every parallel task packs its B panel (a gather when B is stored [N, K]), so
   row chunks of few rows pack B again and again; the tasks are dealt to the cores in rounds;
   the output is written to DRAM once.
-- **CUDA-core GEMM** (``batch_matmul.cuda``, ``dense_large_batch.cuda``): the thread's register
-  tile against its shared-memory reads per k, occupancy from threads, registers and shared
-  memory, waves of the grid over the SMs, global traffic against the bandwidth.
-- **Tensor cores** (wmma, mma, wgmma): the block tile's global traffic against the tensor-core
-  peak (mma.sync feeds Hopper at a part of wgmma's rate), warps and pipeline stages against
-  latency, padding, waves.
+- **GPU GEMMs** (CUDA cores, wmma, mma, wgmma): a grid of blocks on the SMs, each a software
+  pipeline over its K tiles (``_grid_time``): the SM's shared units (FMA or tensor pipe as its
+  warps can issue to it, shared-memory wavefronts with their bank conflicts) against one block's
+  chain of load latency over its prefetch distance, occupancy from threads, registers (spills)
+  and shared memory, waves, DRAM traffic as the launch order re-reads A and B (L2), the
+  write-back's sectors, split-K's second kernel. Its constants are physical (clocks, bytes a
+  clock) and its fit was checked on configs it was not fitted to (docs/BENCHMARKS.md).
 - **GEMV-like** (``dense_small_batch.cuda``): bytes over the DRAM bandwidth, with the vector
   width and the threads per output as efficiency.
 
 A model's absolute time is rough; the order is what counts, and it is measured: the tuners
 benchmark (``python -m tvm_ext.bench.proposer``) reports the rank correlation with measured
 time. ``propose(space, k)`` scores every valid config of a small space, or the valid configs
-drawn in about a second from a large one, best first; ``tuner.TopKTuner`` measures the top K.
+drawn in about a second from a large one, best first, with the template's fallback for the
+workload ranked first (a top-k run never ends slower than the untuned build);
+``tuner.TopKTuner`` measures the top K.
 """
 from __future__ import annotations
 
@@ -104,7 +107,8 @@ def _x86_gemm(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     cores = max(1, int(f.get("num_cores") or os.cpu_count() or 1))
     busy = min(cores, tasks)
     rounds = -(-tasks // cores)
-    compute = B * (M / yi) * (N / xi) * K * step * (rounds * busy / tasks) / busy
+    # Register tiles over M and N padded up to them (an axis they do not divide).
+    compute = B * -(-M // yi) * -(-N // xi) * K * step * (rounds * busy / tasks) / busy
     gather = 2.0 if f.get("layout", "NT")[1] == "T" else 1.0  # B stored [N, K]: a gather
     pack = tasks * K * cols * gather / busy
     seconds = (compute + pack) / (cpu["clock_ghz"] * 1e9)
@@ -138,26 +142,190 @@ def _x86_gemv(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     return max(seconds, memory) + 0.2 * min(seconds, memory)
 
 
+# ---- GPU kernels: blocks on the SMs, each a software pipeline over its K tiles ----
+#
+# Every GEMM template here runs the same way: a grid of blocks, each looping over K tiles that
+# it copies global -> shared memory ``dist`` tiles ahead of the one it computes. Three limits
+# set a kernel's time, and the models give each a physical number:
+# - the SM's shared units (tensor or FMA pipe, shared-memory bandwidth) do the blocks' work,
+#   the blocks resident on an SM taking turns;
+# - one block's chain of dependent steps: a K tile waits for its load, which was issued
+#   ``dist`` tiles earlier, so a block whose tiles are small or whose prefetch is short waits on
+#   latency whatever its work (few, long-K blocks: small problems, split-K's reason to exist);
+# - DRAM: A and B as often as the blocks running together re-read them (the launch order's
+#   L2 reuse), the output as its stores write it (a partial 32-byte sector costs a whole one).
+# A kernel launch and its drain cost a few microseconds whatever the config.
+
+#: Cycles from issuing a tile's global loads to its data in shared memory, under load: from
+#: L2 where the kernel's operands fit in it (a CUDA graph replaying a kernel finds them there),
+#: else from DRAM.
+_L2_LATENCY = 400.0
+_DRAM_LATENCY = 1000.0
+#: Cycles a K step costs a block beyond its work: the barrier and the wait on the copies.
+_STEP_CYCLES = 60.0
+#: Seconds a launch costs a kernel in a CUDA graph, with its first loads and its drain; a
+#: second kernel launched as the first one's dependent (split-K's sum) costs a gap.
+_LAUNCH_S = 1.5e-6
+_SECOND_KERNEL_S = 0.3e-6
+#: Bytes a clock one SM's shared memory serves (32 banks of 4 bytes).
+_SMEM_BYTES_PER_CLOCK = 128.0
+#: Bytes a clock one SM reads from L2 (in 32-byte sectors).
+_L2_BYTES_PER_CLOCK = 64.0
+#: Bytes a clock an SM stores to global memory in full 32-byte sectors.
+_STORE_BYTES_PER_CLOCK = 64.0
+#: Part of the shorter of compute and DRAM time that does not overlap the longer one.
+_OVERLAP = 0.2
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_clock_and_l2(sm: int) -> Tuple[float, int]:
+    """(boost clock in Hz, L2 bytes) of the arch's part (the spaces' facts do not carry them)."""
+    facts = device_facts({"kind": "cuda", "arch": f"sm_{sm}"}, detect_gpu=False)
+    mhz = facts.get("boost_clock_mhz")
+    l2 = facts.get("l2_bytes")
+    return ((mhz.value if mhz and mhz.value else 1500) * 1e6,
+            int(l2.value) if l2 and l2.value else 40 << 20)
+
+
 def _occupancy(threads: int, regs_per_thread: int, smem: int, f) -> int:
-    """Blocks per SM allowed by threads, registers and shared memory (sm_80/sm_90 limits)."""
+    """Blocks per SM allowed by threads, registers (allocated 8 a thread at a time; a block
+    that needs more than the SM's 64K gets what fits and spills, see ``_spill``) and shared
+    memory (the SM's 228 KB, 1 KB of it reserved per block) on sm_80 / sm_90."""
+    regs = min(-(-max(regs_per_thread, 32) // 8) * 8, 65536 // max(threads, 1) // 8 * 8)
     by_threads = 2048 // max(threads, 1)
-    by_regs = 65536 // max(threads * max(regs_per_thread, 32), 1)
-    by_smem = f.get("max_shared_memory_optin", 232448) // smem if smem else 32
+    by_regs = 65536 // max(threads * regs, 1)
+    per_sm = f.get("max_shared_memory_optin", 232448) + 1024
+    by_smem = per_sm // (smem + 1024) if smem else 32
     return max(0, min(by_threads, by_regs, by_smem, 32))
 
 
-def _waves(blocks: int, per_sm: int, f) -> int:
-    """Full waves the grid takes (a grid that fills 1.1 waves takes 2)."""
-    return max(1, math.ceil(blocks / (max(1, per_sm) * f["num_sms"])))
+def _spill(threads: int, regs_per_thread: int) -> float:
+    """How much slower a block whose threads need more registers than they can have (255, or
+    64K over the block's threads) runs: its accumulators go to local memory."""
+    have = min(255, 65536 // max(threads, 1))
+    return 1.0 if regs_per_thread <= have else 1.0 + 2.0 * (regs_per_thread - have) / have
+
+
+def _operand_bytes(f, *, bm: int, bn: int, blocks_at_once: int, raster: int,
+                   nbytes: int) -> float:
+    """DRAM bytes of A and B: each wave of blocks running together reads the A rows and B
+    columns of its tiles once (they meet in L2 while they stream through K together); the
+    launch order decides how many distinct ones a wave touches (``raster`` M tiles side by
+    side, else whole rows of the grid). At least A and B once; whole when they fit in L2."""
+    M, N, K, B = f["M"], f["N"], f["K"], f.get("B", 1)
+    unique = B * (M + N) * K * nbytes
+    _, l2 = _gpu_clock_and_l2(f.get("sm", 90))
+    nbm, nbn = -(-M // bm), -(-N // bn)
+    grid = nbm * nbn
+    if 2 * unique / B <= l2 or blocks_at_once >= grid:
+        return unique
+    w = max(1, blocks_at_once)
+    if raster > 1:
+        rows = raster * -(-w // (raster * nbn)) if w > raster * nbn else min(raster, w)
+        cols = min(nbn, -(-w // raster))
+    else:
+        rows, cols = -(-w // nbn), min(nbn, w)
+    per_wave = (min(rows, nbm) * bm + cols * bn) * K * nbytes
+    return max(unique, B * grid / w * per_wave)
+
+
+def _grid_time(f, *, blocks: int, per_sm: int, k_tiles: int, work: float, alone: float,
+               dist: int, epilogue: float, dram_bytes: float, kernels: int = 1) -> float:
+    """Seconds of a kernel of ``blocks`` blocks (``per_sm`` can share an SM), each ``k_tiles``
+    K steps of a pipeline that loads ``dist`` tiles ahead (0: a step waits for its own load).
+    ``work``: SM cycles of one block's K step where blocks share the SM (its tensor or FMA pipe
+    and shared memory); ``alone``: the same for a block alone on an SM (what its own warps can
+    issue); ``epilogue``: cycles of a block's write-back; ``dram_bytes``: what the kernel moves
+    to and from DRAM; ``kernels``: launches (split-K's sum is a second kernel)."""
+    clock, l2 = _gpu_clock_and_l2(f.get("sm", 90))
+    nb = f["dtype_bytes"]
+    footprint = f.get("B", 1) * ((f["M"] + f["N"]) * f["K"] * nb + f["M"] * f["N"] * 4)
+    latency = _L2_LATENCY if footprint <= l2 / 2 else _DRAM_LATENCY
+    n = -(-blocks // f["num_sms"])  # blocks on the busiest SM
+    p = max(1, min(per_sm, n))
+    rounds = -(-n // p)
+    step = max(alone, latency / dist) if dist > 0 else latency + alone
+    chain = latency + k_tiles * (step + _STEP_CYCLES) + epilogue
+    shared = (n / rounds) * (k_tiles * work + epilogue)  # the blocks of a round take turns
+    compute = rounds * max(chain, shared) / clock
+    memory = dram_bytes / (_cuda_part(f)[3] * 1e12)
+    return (max(compute, memory) + _OVERLAP * min(compute, memory) + _LAUNCH_S
+            + (kernels - 1) * _SECOND_KERNEL_S)
+
+
+def _wavefronts(addresses: List[int], width: int) -> int:
+    """Shared-memory wavefronts of one warp-wide load: ``addresses`` (in 4-byte words, one per
+    thread) each read ``width`` words. A load of 8 (16) bytes is served a half (quarter) warp
+    at a time; each part takes as many wavefronts as the most distinct words in one of the 32
+    banks (threads reading the same word share it)."""
+    group = 32 // width
+    total = 0
+    for start in range(0, 32, group):
+        banks: dict = {}
+        for a in addresses[start:start + group]:
+            for w in range(width):
+                banks.setdefault((a + w) % 32, set()).add(a + w)
+        total += max(len(words) for words in banks.values())
+    return total
+
+
+def _simt_reads(v, f, *, bm: int, bn: int, ki: int) -> Tuple[float, float]:
+    """(load instructions, wavefronts) of a warp's shared-memory reads per k step of the
+    CUDA-core GEMM, from where its 32 threads' register values lie (``ops/cuda_simt.py``): a
+    warp is ``tx`` threads along N (threadIdx.x, fastest) by 32 / tx along M; a tile stored
+    with its rows along M (N) gives a thread's yi (xi) values side by side, read up to 16
+    bytes at a time where the config stores the tiles K-major; rows are padded to a stride of
+    32n + offset elements. Threads of one row of the warp read the same A words (a
+    broadcast); the B words of neighbouring threads lie xi (interleaved: xi / 2) apart."""
+    _, ty, yi = v["tile_y"]
+    _, tx, xi = v["tile_x"]
+    nb = f["dtype_bytes"]
+    layout = f.get("layout", "NT")
+    kmajor, offset = v.get("kmajor", 0), v.get("offset", 0)
+    loads = waves = 0.0
+    for n, along_n, inner, block, along_rows in (
+            (yi, False, v.get("interleave_y", 1), bm, layout[0] == "T" or kmajor),
+            (xi, True, v.get("interleave_x", 1), bn, layout[1] == "N" or kmajor)):
+        sub = n // inner
+        width = 1
+        if kmajor:
+            width = 16 // nb
+            while width > 1 and sub % width:
+                width //= 2
+        row = block if along_rows else ki
+        stride = row + (32 + offset - row % 32) % 32 if offset else row
+        while width > 1 and stride % width:
+            width //= 2
+        words = max(1, width * nb // 4)
+        addresses = []
+        for t in range(32):
+            idx = t % tx if along_n else t // tx
+            pos = idx * sub  # the first value of the thread's first sub-tile
+            addresses.append((pos if along_rows else pos * stride) * nb // 4)
+        count = -(-n // width)
+        loads += count
+        waves += count * _wavefronts(addresses, words)
+    return loads, waves
 
 
 def _cuda_simt(v, f) -> float:
+    """batch_matmul.cuda / dense_large_batch.cuda: ty x tx threads, each a yi x xi register
+    tile, A and B tiles of depth ki staged in shared memory (see ops/cuda_simt.py).
+
+    Per k a thread issues yi * xi FMAs and its shared loads; the SM issues 4 warp
+    instructions and serves one shared-memory wavefront a clock, so small register tiles are
+    bound by their loads and strided ones by bank conflicts (``_simt_reads``). A scheduler
+    needs about 8 independent FMAs in flight (its warps' register tiles) to hide the
+    latency of the loads that feed them. The block copies its tiles with ``vec``-wide loads:
+    rows of a K-contiguous operand only ki elements long use part of each 32-byte sector."""
     M, N, K, B, nb = f["M"], f["N"], f["K"], f.get("B", 1), f["dtype_bytes"]
     _, ty, yi = v["tile_y"]
     _, tx, xi = v["tile_x"]
     ki = v["tile_k"][-1]
     threads, bm, bn = ty * tx, ty * yi, tx * xi
-    blocks = B * -(-M // bm) * -(-N // bn)
+    warps = max(1, threads // 32)
+    mp, np_, kp = -(-M // bm) * bm, -(-N // bn) * bn, -(-K // ki) * ki
+    blocks = B * (mp // bm) * (np_ // bn)
     regs = yi * xi + 2 * (yi + xi) + 24
     # The space's own model of the kernel's shared memory (padded rows, both buffers), held
     # to the built kernel by tests/codegen/test_resources; a rough one where it has none.
@@ -166,50 +334,164 @@ def _cuda_simt(v, f) -> float:
     per_sm = _occupancy(threads, regs, smem, f)
     if per_sm == 0:
         return float("inf")
-    fp32, _, _, bw = _cuda_part(f)
-    # Per k a thread does yi * xi FMAs and reads yi + xi shared values (16 bytes at a time
-    # when the tiles are K-major); a shared read issues at a quarter of the FMA rate.
-    lds = (yi + xi) / (4 if v.get("kmajor") else 1)
-    ilp = (yi * xi) / (yi * xi + 4 * lds)
-    latency = min(1.0, per_sm * threads / 32 / 16)  # warps in flight to hide latency
-    per_block = 2.0 * bm * bn * K * f["num_sms"] * per_sm / (fp32 * 1e12 * ilp * latency)
-    compute = _waves(blocks, per_sm, f) * per_block
-    traffic = B * M * N * K * nb * (1.0 / bn + 1.0 / bm) + B * M * N * nb
-    return max(compute, traffic / (bw * 1e12)) * (1.0 if v.get("vec", 1) > 1 else 1.2)
+    loads, waves = _simt_reads(v, f, bm=bm, bn=bn, ki=ki)
+    fmas = yi * xi
+    # The copy: one load and one shared store per vec elements and thread; a K-contiguous
+    # operand's tile rows are ki elements of global memory (sectors of 32 bytes).
+    vec = v.get("vec", 1)
+    copy = (bm + bn) * ki / (32 * vec)  # warp instructions of each kind
+    layout = f.get("layout", "NT")
+    sectors = sum(rows * ki * nb / min(1.0, ki * nb / 32) if contiguous_k else rows * ki * nb
+                  for rows, contiguous_k in ((bm, layout[0] == "N"), (bn, layout[1] == "T")))
+    fill = max(sectors / _L2_BYTES_PER_CLOCK, (bm + bn) * ki * nb / _SMEM_BYTES_PER_CLOCK)
+
+    def issue(warps_on_sm: int) -> float:
+        return min(1.0, max(1, warps_on_sm // 4) * fmas / 8) * min(4, warps_on_sm) / 4
+
+    def cycles(warps_on_sm: int) -> float:
+        per_warp = ki * (fmas + loads) + 2 * copy
+        return max(warps * per_warp / 4 / issue(warps_on_sm), warps * ki * waves + fill)
+
+    spill = _spill(threads, regs)
+    work, alone = cycles(warps * per_sm) * spill, cycles(warps) * spill
+    # The write-back: a thread's xi values of a row are xi apart from its neighbour's, each
+    # store a scalar (or a vector of an interleaved sub-row).
+    inner = xi // v.get("interleave_x", 1)
+    width = min(4, inner) if v.get("interleave_x", 1) > 1 else 1
+    eff = min(1.0, width / inner) if inner > 1 else 1.0
+    ob = _out_bytes(f)
+    epilogue = bm * bn * ob / (_STORE_BYTES_PER_CLOCK * max(eff, 0.125))
+    at_once = min(blocks, per_sm * f["num_sms"])
+    dram = _operand_bytes(f, bm=bm, bn=bn, blocks_at_once=at_once, raster=1, nbytes=nb) \
+        + B * M * N * ob
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=kp // ki, work=work,
+                      alone=alone, dist=1 if v.get("double_buffer") else 0, epilogue=epilogue,
+                      dram_bytes=dram)
 
 
-def _tensorcore(v, f, *, kind: str) -> float:
+def _tensor_rate(f, nb: int) -> float:
+    """Multiply-adds a clock one SM's tensor cores do at the dtype's peak (wgmma on Hopper)."""
+    _, f16_peak, i8_peak, _ = _cuda_part(f)
+    clock, _ = _gpu_clock_and_l2(f.get("sm", 90))
+    return (i8_peak if nb == 1 else f16_peak) * 1e12 / 2 / (f["num_sms"] * clock)
+
+
+def _out_bytes(f) -> int:
+    return {"float16": 2, "int8": 1, "float64": 8}.get(f.get("out_dtype", "float32"), 4)
+
+
+def _wgmma(v, f) -> float:
+    """dense_wgmma / batch_matmul_wgmma: a block of ``warpgroups`` x 64 rows and block_n
+    columns, one m64n{block_n}k16 per 16 of K per warpgroup, operands from a swizzled ring of
+    ``stages`` shared buffers filled by cp.async (see ops/cuda_wgmma.py).
+
+    Per K tile the tensor cores and shared memory are the limit: wgmma reads its A (64 x 16)
+    and B (block_n x 16) from shared memory for every instruction, and the copies write the
+    tiles there, 128 bytes a clock in all: a 128 x 256 tile just keeps the tensor cores fed,
+    a 64 x 64 one needs twice the bandwidth (measured on the H200: 8192^3 at 1.0, 1.16, 1.31,
+    1.54, 1.61, 1.87x the time of 128 x 256 for 128 x 128, 64 x 256, 64 x 128, 128 x 64,
+    64 x 64; the bandwidth model says 1.0, 1.25, 1.25, 1.5, 1.75, 2.0). ``wgmma_wait`` = 0
+    drains the tensor pipe every tile; = 1 keeps a batch in flight but loads one tile less
+    ahead. The accumulators take block_n / 2 registers a thread: a 256-wide tile leaves room
+    for one block an SM."""
     M, N, K, B, nb = f["M"], f["N"], f["K"], f.get("B", 1), f["dtype_bytes"]
-    _, f16_peak, i8_peak, bw = _cuda_part(f)
-    peak = (i8_peak if nb == 1 else f16_peak) * 1e12
-    if kind == "wgmma":
-        bm, bn, bk = 64 * v["warpgroups"], v["block_n"], v["block_k"]
-        threads, stages = 128 * v["warpgroups"], v["stages"]
-        eff = 0.95 if v.get("wgmma_wait", 1) else 0.8
-    else:
-        frag_k = 32 if nb == 1 and kind == "mma" else 16
-        bm = v["block_row_warps"] * v["warp_row_tiles"] * 16
-        bn = v["block_col_warps"] * v["warp_col_tiles"] * 16
-        bk = v["chunk"] * frag_k
-        threads = v["block_row_warps"] * v["block_col_warps"] * 32
-        stages = v.get("stages", 1)
-        eff = (_MMA_ON_HOPPER if f.get("sm", 80) >= 90 else 0.8) * (0.7 if kind == "wmma" else 1)
-        # The fragments a warp holds: each loaded fragment is reused more, up to 8 of them.
-        eff *= min(1.0, (v["warp_row_tiles"] * v["warp_col_tiles"]) / 8) ** 0.5
-    mp, np_, kp = -(-M // bm) * bm, -(-N // bn) * bn, -(-K // bk) * bk
-    blocks = B * (mp // bm) * (np_ // bn)
-    per_sm = _occupancy(threads, 128, (bm + bn) * bk * nb * max(stages, 1), f)
+    wg, bn, bk, stages = v["warpgroups"], v["block_n"], v["block_k"], v["stages"]
+    wait = v.get("wgmma_wait", 1)
+    bm, threads = 64 * wg, 128 * wg
+    ob = _out_bytes(f)
+    blocks = B * -(-M // bm) * -(-N // bn)
+    ring = (bm + bn) * bk * nb * stages
+    c_tile = bm * (bn + 16 // ob) * ob if v.get("stage_c") else 0
+    per_sm = _occupancy(threads, bn // 2 + 40, max(ring, c_tile), f)
     if per_sm == 0:
         return float("inf")
-    eff *= min(1.0, (per_sm * threads / 32 / 8) ** 0.5) * min(1.0, (stages + 1) / 4)
-    compute = 2.0 * B * mp * np_ * kp / (peak * eff)
-    wave = _waves(blocks, per_sm, f) * per_sm * f["num_sms"] / max(blocks, 1)
-    traffic = B * M * N * K * nb * (1.0 / bn + 1.0 / bm) + B * M * N * 4
+    math_cycles = bm * bn * bk / _tensor_rate(f, nb)
+    feed = (bk // 16) * wg * (64 + bn) * 16 * nb + (bm + bn) * bk * nb  # wgmma reads + fills
+    work = max(math_cycles, feed / _SMEM_BYTES_PER_CLOCK)
+    alone = work + (0.0 if wait else _WGMMA_DRAIN)
+    # The write-back: staged, two barriers and 16-byte rows; else the accumulator pairs from
+    # registers (4 bytes of an f16 pair: half of each 32-byte sector a warp's store touches).
+    c_bytes = bm * bn * ob
+    eff = 1.0 if v.get("stage_c") or ob >= 4 else 0.5
+    epilogue = c_bytes / (_STORE_BYTES_PER_CLOCK * eff) + (2 * _STEP_CYCLES if v.get("stage_c")
+                                                            else 0.0)
+    at_once = min(blocks, per_sm * f["num_sms"])
+    dram = _operand_bytes(f, bm=bm, bn=bn, blocks_at_once=at_once, raster=v.get("raster", 1),
+                          nbytes=nb) + B * M * N * ob / eff
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=-(-K // bk), work=work,
+                      alone=alone, dist=stages - 1 - wait, epilogue=epilogue, dram_bytes=dram)
+
+
+#: Cycles the tensor pipe drains when a tile's wgmma batch is waited for before the next one.
+_WGMMA_DRAIN = 200.0
+
+
+def _mma(v, f, *, kind: str) -> float:
+    """dense_mma / dense_tensorcore (wmma) and their batch_matmul twins: warps of
+    warp_row_tiles x warp_col_tiles 16 x 16 fragments, loaded from shared memory by ldmatrix
+    (wmma: load_matrix_sync) for every ``frag_k`` of K, the tiles filled by cp.async
+    ``stages`` deep (wmma: synchronous copies).
+
+    mma.sync feeds Hopper's tensor cores at a part of wgmma's rate (``_MMA_ON_HOPPER``); a
+    warp's independent mma instructions (2 per fragment) and the warps on each of the SM's
+    4 schedulers keep them busy; a block of 1 warp uses one scheduler. Shared rows a multiple
+    of 128 bytes apart put ldmatrix's 8 rows in the same banks (``offset`` pads them).
+    ``split_k`` slices K over more blocks at the price of the partial sums (written and read
+    again in f32) and a second kernel."""
+    M, N, K, B, nb = f["M"], f["N"], f["K"], f.get("B", 1), f["dtype_bytes"]
+    brw, bcw, wrt, wct = (v["block_row_warps"], v["block_col_warps"], v["warp_row_tiles"],
+                          v["warp_col_tiles"])
+    frag_k = 32 if nb == 1 and kind == "mma" else 16
+    bm, bn, bk = brw * wrt * 16, bcw * wct * 16, v["chunk"] * frag_k
+    warps = brw * bcw
     split = v.get("split_k", 1)
-    if split > 1:  # more blocks on a small grid, plus the partial sums written and re-read
-        wave = max(1.0, wave / split)
-        traffic += 2 * split * M * N * 4
-    return max(compute * min(wave, 4.0), traffic / (bw * 1e12))
+    stages = v.get("stages", 1) if kind == "mma" else 1
+    offset = v.get("offset", 0)
+    ob = _out_bytes(f)
+    mp, np_ = -(-M // bm) * bm, -(-N // bn) * bn
+    k_slice = -(-K // (bk * split)) * bk
+    blocks = B * (mp // bm) * (np_ // bn) * split
+    frags = wrt * wct
+    regs = 8 * frags + 8 * (wrt + wct) + 32
+    a_stride = bk + ((32 + offset - bk % 32) % 32 if offset else 0)
+    ab_smem = f.get("ab_smem_bytes") or (bm + bn) * a_stride * nb * max(stages, 1)
+    c_smem = f.get("c_smem_bytes") or 0
+    per_sm = _occupancy(warps * 32, regs, ab_smem + c_smem, f)
+    if per_sm == 0:
+        return float("inf")
+    spill = _spill(warps * 32, regs)
+    rate = _tensor_rate(f, nb) * (_MMA_ON_HOPPER if f.get("sm", 80) >= 90 else 1.0)
+    rate *= 0.7 if kind == "wmma" else 1.0
+    math_cycles = bm * bn * bk / rate
+    # ldmatrix reads 8 rows of 16 bytes at once: rows 128 * n bytes apart share their banks.
+    row = a_stride * nb
+    conflict = 8 // min(8, 128 // math.gcd(int(row), 128))
+    feed = ((bk // frag_k) * warps * (wrt + wct) * 512 * conflict + (bm + bn) * bk * nb)
+    vec_bytes = v.get("vec", 16 // nb) * nb
+    if vec_bytes < 16:  # narrower copies: more instructions and shared-memory wavefronts
+        feed += (bm + bn) * bk * nb * (16 / vec_bytes - 1) / 2
+
+    def issue(warps_on_sm: int) -> float:
+        """Part of the tensor pipe the warps keep busy: each of the 4 schedulers needs about
+        8 independent mma instructions in flight."""
+        return min(4, warps_on_sm) / 4 * min(1.0, max(1, warps_on_sm // 4) * 2 * frags / 8)
+
+    work = max(math_cycles / issue(warps * per_sm), feed / _SMEM_BYTES_PER_CLOCK) * spill
+    alone = max(math_cycles / issue(warps), feed / _SMEM_BYTES_PER_CLOCK) * spill
+    # The write-back: from registers, an f32 / int32 pair is 8 bytes (4 threads fill a
+    # sector); a casting f16 store writes 2 bytes per thread and pair, a quarter of it.
+    staged = v.get("stage_c", 0) or mp != M or np_ != N
+    c_bytes = bm * bn * (4 if split > 1 else ob)
+    eff = 1.0 if staged or split > 1 or ob >= 4 else 0.25
+    epilogue = c_bytes / (_STORE_BYTES_PER_CLOCK * eff) + (2 * _STEP_CYCLES if staged else 0.0)
+    at_once = min(blocks, per_sm * f["num_sms"])
+    dram = _operand_bytes(f, bm=bm, bn=bn, blocks_at_once=max(1, at_once // split),
+                          raster=v.get("raster", 1), nbytes=nb) + B * M * N * ob / eff
+    if split > 1:
+        dram += 2 * split * B * M * N * 4
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=k_slice // bk, work=work,
+                      alone=alone, dist=stages - 1, epilogue=epilogue, dram_bytes=dram,
+                      kernels=2 if split > 1 else 1)
 
 
 def _small_batch(v, f) -> float:
@@ -234,13 +516,18 @@ def model_for(template: str) -> Optional[Callable]:
         return _cuda_simt
     if template == "dense_small_batch.cuda":
         return _small_batch
-    for kind in ("wgmma", "mma", "tensorcore"):
+    if template.endswith("_wgmma.cuda"):
+        return _wgmma
+    for kind in ("mma", "tensorcore"):
         if template.endswith(f"_{kind}.cuda"):
-            return functools.partial(_tensorcore, kind="wmma" if kind == "tensorcore" else kind)
+            return functools.partial(_mma, kind="wmma" if kind == "tensorcore" else kind)
     return None
 
 
 # ---- ranking ----
+
+#: Let terms of the spaces that the models read: the shared memory the kernels allocate.
+_SHARED_MEMORY_LETS = ("smem_bytes", "ab_smem_bytes", "c_smem_bytes")
 
 
 def estimate(space, config) -> float:
@@ -254,8 +541,10 @@ def estimate(space, config) -> float:
         if knob.kind == "sp":
             values[name] = config[name].resolved(knob.length)
     facts = space.facts
-    if "smem_bytes" in getattr(space, "lets", {}):
-        facts = {**facts, "smem_bytes": space.names_of(config).get("smem_bytes")}
+    lets = [name for name in _SHARED_MEMORY_LETS if name in getattr(space, "lets", {})]
+    if lets:  # the space's own model of the kernel's shared memory
+        names = space.names_of(config)
+        facts = {**facts, **{name: names.get(name) for name in lets}}
     try:
         return float(model(values, facts))
     except (KeyError, ZeroDivisionError, TypeError, ValueError, IndexError):
@@ -277,6 +566,11 @@ def scored(space, *, max_configs: int = 20000, draws: int = 16000,
 
 
 def propose(space, k: int, *, exclude=(), **options) -> List[int]:
-    """The ``k`` best valid indices by the model, none of ``exclude``."""
+    """The ``k`` best valid indices, none of ``exclude``: the template's fallback for the
+    workload first (where the task that built the space knows it), then the model's ranking.
+    So a top-k run never ends slower than the kernel an untuned build gets."""
     skip = set(exclude)
-    return [i for _, i in scored(space, **options) if i not in skip][:k]
+    lead = space.fallback_index() if getattr(space, "fallback_index", None) else None
+    first = [lead] if lead is not None and lead not in skip else []
+    rest = [i for _, i in scored(space, **options) if i not in skip and i not in first]
+    return (first + rest)[:k]

@@ -67,7 +67,9 @@ class Task:
         axes = {"B": wl.batch, "M": wl.M, "N": wl.N, "K": wl.K}
         facts = {**self.facts, "layout": wl.layout, "dtype": wl.dtype,
                  "out_dtype": wl.out_dtype, "epilogue": wl.epilogue}
-        return build_space(self.spec, axes, facts)
+        space = build_space(self.spec, axes, facts)
+        space.fallback_index = self._fallback_index
+        return space
 
     # ---- configs: the space's index, the fallback, and completing a partial config ----
     def config(self, index: int) -> ConfigEntity:
@@ -77,6 +79,12 @@ class Task:
         values = {**knob_defaults(self.spec),
                   **self.template.fallback(self.space, self.workload, self.facts)}
         return self.space.config_from_values(values, fallback=True)
+
+    def _fallback_index(self) -> Optional[int]:
+        """The fallback's index in the space, None where it is not one of the space's valid
+        configs (a fallback outside the tuning space's values)."""
+        index = self.fallback_config().index
+        return index if index is not None and self.space.is_valid(index) else None
 
     def config_with(self, values: Mapping[str, Any]) -> ConfigEntity:
         """The fallback config with the knobs of ``values`` ({knob: plain value}) set; a knob

@@ -23,7 +23,11 @@ def test_proposals_are_valid_distinct_and_ranked():
     ranked = scored(task.space)
     top = propose(task.space, 20)
     assert len(top) == len(set(top)) == 20 and all(task.space.is_valid(i) for i in top)
-    assert top == [i for _, i in ranked[:20]]
+    # The template's fallback first, then the model's order.
+    fallback = task.fallback_config().index
+    assert top[0] == fallback
+    assert top[1:] == [i for _, i in ranked if i != fallback][:19]
+    assert propose(task.space, 5, exclude=[fallback]) == top[1:6]
     times = [t for t, _ in ranked]
     assert times == sorted(times) and np.isfinite(times).all()
 

@@ -8,7 +8,7 @@ is built.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -107,6 +107,10 @@ class ConfigSpace:
         self.constraints: List[tuple] = []  # (description, predicate(names) -> bool)
         self.facts = dict(facts or {})
         self._radix: Optional[List[int]] = None
+        #: Where a task built the space: a call giving the index of its template's fallback
+        #: config for the workload (None where the fallback is not one of the space's
+        #: configs). The proposer ranks it first.
+        self.fallback_index: Optional[Callable[[], Optional[int]]] = None
 
     # ---- definition (AutoTVM vocabulary) ----
     def _add(self, knob: KnobSpace):
