@@ -62,3 +62,48 @@ def test_strategy_picks_gemv_for_few_rows_of_an_nt_weight():
     assert names((5, 512, 512)) == ["dense_pack.x86"]  # more rows: the packed GEMM
     assert names((1, 512, 512), "NN") == ["dense_pack.x86"]  # a [K, N] weight
     assert names((1, 512, 512), epilogue="bias+relu") == ["dense_pack.x86"]
+
+
+@pytest.mark.parametrize("op,shape,layout", [
+    ("dense", (37, 61, 17), "NT"), ("dense", (12, 48, 16), "NN"),
+    ("batch_matmul", (2, 23, 41, 9), "TN"),
+], ids=str)
+def test_padded_tails(op, shape, layout):
+    """Tiles that do not divide M or N (primes) pad them inside the kernel; tasks of several
+    register tiles that do not divide them leave a ragged last task. Both, alone and together,
+    over the packed GEMMs' spaces: right answers, nothing written past the output."""
+    from tvm_ext.ops.x86_gemm import divides
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, CPU, template="dense_pack.x86" if op == "dense" else "batch_matmul.x86")
+    rng = np.random.default_rng(0)
+    valid = task.space.random_valid(np.random.default_rng(3), 400)
+    padded = [i for i in valid if not divides(wl, task.config(i))]
+    ragged = [i for i in valid if divides(wl, task.config(i))
+              and (wl.M % np.prod(task.config(i)["tile_y"].size[1:])
+                   or wl.N % np.prod(task.config(i)["tile_x"].size[1:]))]
+    assert len(padded) >= 3 and (len(ragged) >= 2 or op == "batch_matmul")
+    for i in padded[:4] + ragged[:2]:
+        _check(task, task.config(i), rng)
+
+
+def test_a_prime_shape_gets_whole_vectors_and_no_guard_in_the_micro_kernel():
+    """257 x 509 x 131 (the CPU suite's odd row): the fallback pads to whole vectors and
+    register rows (it was 1 x 1 tiles, 0.04x numpy), and no guard depends on the micro-kernel's
+    loops (k, the register tile's rows and vector): the padding's guards are the crop's, in the
+    write-back, and a ragged last task's depends on the task's loops only."""
+    import re
+    wl = Workload.create("dense", (257, 509, 131), layout="NT")
+    task = Task(wl, CPU, template="dense_pack.x86")
+    cfg = task.fallback_config()
+    lanes = task.facts["vector_lanes"]
+    assert cfg["tile_x"].size[-1] % lanes == 0 and cfg["tile_y"].size[-1] >= 4
+    assert task.space.is_valid(cfg.index)
+    lines = task.instantiate(cfg).script().splitlines()
+    at = next(n for n, line in enumerate(lines) if 'T.sblock("C_update")' in line)
+    start = max(n for n in range(at) if re.match(r"\s*for k_0 in", lines[n]))
+    inner = {m.group(1) for line in lines[start:at]
+             for m in [re.match(r"\s*for (\w+) in", line)] if m}
+    assert "k_0" in inner and len(inner) >= 3
+    where = [line for line in lines[at:at + 8] if "T.where" in line]
+    assert all(not (set(re.findall(r"\w+", w)) & inner) for w in where), where
+    _check(task, cfg, np.random.default_rng(0))

@@ -62,11 +62,50 @@ def packed_gemm_compute(wl, xi: int):
     return [A, B, C]
 
 
+def _split_tiles(sch, loop, per_task: int, inner: int):
+    """(task, tile in task, in register tile) loops of an M or N loop. An extent that
+    ``per_task * inner`` divides splits in three; a symbolic or padded one (a multiple of
+    ``inner``) into register tiles first, then ``per_task`` of them per task, so that the
+    predicate of a ragged last task stays on the task's tiles, never inside the micro-kernel."""
+    from tvm import tirx  # noqa: PLC0415
+
+    extent = sch.get(loop).extent
+    if isinstance(extent, tirx.IntImm) and extent.value % (per_task * inner) == 0:
+        return sch.split(loop, [None, per_task, inner])
+    tiles, ii = sch.split(loop, [None, inner])
+    return (*sch.split(tiles, [None, per_task]), ii)
+
+
+def _pad_tiles(sch, block, per_task, tiles):
+    """The tiles the matmul's (M, N, K) loops are padded to: the register tile and the K step.
+    Where padding happens at all, a static M or N that its register tile divides but its tasks
+    (``per_task`` register tiles) do not is padded to whole tasks: the crop's guard, which
+    replaces the block's predicate when it is inlined into the write-back, would not cover the
+    ragged last task of an axis it does not crop (TVM keeps one predicate of a block)."""
+    from tvm import tirx  # noqa: PLC0415
+
+    extents = [sch.get(loop).extent for loop in sch.get_loops(block)[-3:]]
+    static = [isinstance(e, tirx.IntImm) for e in extents]
+    if all(s and e.value % t == 0 for s, e, t in zip(static, extents, tiles)):
+        return tuple(tiles)  # nothing to pad (pad_to_tiles leaves the kernel as it is)
+    out = list(tiles)
+    for axis in (0, 1):
+        n, inner, task = extents[axis], tiles[axis], per_task[axis] * tiles[axis]
+        if static[axis] and n.value % inner == 0 and n.value % task:
+            out[axis] = task
+    return tuple(out)
+
+
+def divides(wl, cfg) -> bool:
+    """Whether the register tile (yi x xi) and the K step divide M, N and K: the packed
+    compute; else the plain matmul, padded up to them in the schedule."""
+    return (wl.M % cfg["tile_y"].size[-1] == 0 and wl.N % cfg["tile_x"].size[-1] == 0
+            and wl.K % cfg["tile_k"].size[-1] == 0)
+
+
 def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
                          tile_k: Sequence[int], inner: int, unroll_k: bool = True):
     """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki]."""
-    from tvm import tirx  # noqa: PLC0415
-
     _, yo, yi = tile_y
     _, xo, xi = tile_x
     ki = tile_k[-1]
@@ -74,10 +113,11 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     try:
         pack = sch.get_sblock("B_packed")
     except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
-        # Symbolic extents (a shape family's kernels) are padded up to the register tile, the
-        # K step and the pack width: no predicate inside the micro-kernel; the zeros of A are
-        # read in it, those of B written into the panel, and the crop is the write-back's.
-        pad_to_tiles(sch, c, (yi, xi, ki))
+        # Extents the tiles do not divide (a shape family's symbolic ones, primes) are padded
+        # up to the register tile and the K step: no predicate inside the micro-kernel; the
+        # zeros of A are read in it, those of B written into the panel, and the crop is the
+        # write-back's (its guard also covers a ragged last task of a padded axis).
+        pad_to_tiles(sch, c, _pad_tiles(sch, c, (yo, xo), (yi, xi, ki)))
         pack = sch.cache_read(c, 1, "global")
         batched = wl.op != "dense"
         if wl.transpose_b:  # B[.., n, k] -> panels [.., n // xi, k, n % xi]
@@ -90,13 +130,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
-    if isinstance(sch.get(i).extent, tirx.IntImm):
-        it, io, ii = sch.split(i, [None, yo, yi])
-    else:  # a symbolic M (padded to yi): register tiles of yi, then yo of them per task, so
-        # the predicate stays on the task's row tiles, never on the register tile's rows
-        i_tiles, ii = sch.split(i, [None, yi])
-        it, io = sch.split(i_tiles, [None, yo])
-    jt, jo, ji = sch.split(j, [None, xo, xi])
+    it, io, ii = _split_tiles(sch, i, yo, yi)
+    jt, jo, ji = _split_tiles(sch, j, xo, xi)
     ko, kin = sch.split(kk, [None, ki])
     ii_o, ii_i = sch.split(ii, [None, inner])
     # jt before it: consecutive tasks of one thread share a B panel.
@@ -106,17 +141,18 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     # Accumulate the yi x xi tile in registers; write it back once, vectorised.
     acc = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(acc, jo)
-    inline_consumer(sch, acc)  # a padded M: the crop, in the write-back
+    inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
     last = sch.get_loops(acc)[-1]
     # A one-row, one-column tile has no loops of its own under jo: vectorizing "its last
     # loop" would vectorize jo, around the serial reduction (wrong sums).
     if not sch.get(last).same_as(sch.get(jo)):
         sch.vectorize(last)
     inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
-    if has_block(sch, "A_pad"):
-        sch.compute_inline(sch.get_sblock("A_pad"))
     # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel only).
     sch.compute_at(pack, outer)
+    if has_block(sch, "A_pad"):  # a padded M or K: the zeros of A, read in the micro-kernel
+        # (a per-task copy of A's rows instead measured 1.5x slower on 257 x 509 x 131)
+        sch.compute_inline(sch.get_sblock("A_pad"))
     own = sch.get_loops(pack)
     if not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel has no loop of its own
         sch.vectorize(own[-1])
@@ -131,17 +167,25 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
 def fallback_tiles(wl, facts):
     """A good untuned tiling from the vector width and register count (no shape constants):
     xi = two vectors, yi as many rows as leave registers for the B vectors and a broadcast,
-    ki = 4 (enough unrolled work to hide FMA latency), enough parallel tasks for every core."""
+    ki = 4 (enough unrolled work to hide FMA latency), enough parallel tasks for every core.
+    An axis without such a divisor (a prime, 509 columns) is padded up to the tile rather
+    than served by one-element tiles (0.04x numpy measured on 257x509x131)."""
     lanes = facts["vector_lanes"]
     regs = facts["vector_registers"]
     xi = largest_factor(wl.N, 2 * lanes, lanes) if wl.N >= lanes else wl.N
+    if wl.N >= lanes and xi % lanes:  # no whole vectors divide N: pad to two (one) of them
+        xi = 2 * lanes if wl.N >= 2 * lanes else lanes
     vecs = max(1, xi // lanes)
-    yi = largest_factor(wl.M, max(1, min(8, (regs - vecs - 2) // vecs)))
+    rows = max(1, min(8, (regs - vecs - 2) // vecs))
+    yi = largest_factor(wl.M, rows)
+    if 2 * yi <= rows and wl.M > rows:  # few rows divide M: pad it to the register tile
+        yi = rows
     ki = largest_factor(wl.K, 4)
-    col_tiles = wl.N // xi
+    col_tiles = -(-wl.N // xi)
+    row_tiles = -(-wl.M // yi)
     tasks_wanted = 2 * facts["num_cores"]
     yt = 1
-    while wl.batch * col_tiles * yt < tasks_wanted and (wl.M // yi) % (yt * 2) == 0:
+    while wl.batch * col_tiles * yt < tasks_wanted and row_tiles % (yt * 2) == 0:
         yt *= 2
     return {"yt": yt, "yi": yi, "xi": xi, "ki": ki}
 
@@ -150,8 +194,11 @@ def fallback_tiles(wl, facts):
 # tile_k = [ko, ki]; (batch, column panels) in parallel.
 
 def _packed_compute(wl, cfg):
-    """Both templates pack B into panels of the register tile's width."""
-    return packed_gemm_compute(wl, cfg["tile_x"].size[-1])
+    """Both templates pack B into panels of the register tile's width: in the compute where
+    the tiles divide the shape, else in the schedule, after padding (``pad_to_tiles``)."""
+    if divides(wl, cfg):
+        return packed_gemm_compute(wl, cfg["tile_x"].size[-1])
+    return _plain(wl)
 
 
 def _bmm_schedule(sch, cfg, wl, facts):
@@ -161,7 +208,7 @@ def _bmm_schedule(sch, cfg, wl, facts):
     inner = cfg["tile_inner"].size[-1] if "tile_inner" in cfg else yi
     # One parallel task per (batch, column panel, yt row chunk); the rows of a chunk are walked
     # inside the task, so the packed panel is reused by every row tile of the chunk.
-    schedule_packed_gemm(sch, wl, tile_y=[yt, wl.M // yi // yt, yi], tile_x=[-1, 1, xi],
+    schedule_packed_gemm(sch, wl, tile_y=[yt, -(-wl.M // yi) // yt, yi], tile_x=[-1, 1, xi],
                          tile_k=cfg["tile_k"].size, inner=inner,
                          unroll_k=bool(cfg.value("unroll_k", 1)))
 
@@ -189,7 +236,12 @@ def _dense_schedule(sch, cfg, wl, facts):
 
 def _dense_fallback(space, wl, facts):
     t = fallback_tiles(wl, facts)
-    return {"tile_y": [t["yt"], wl.M // t["yi"] // t["yt"], t["yi"]],
+    yo = -(-wl.M // t["yi"]) // t["yt"]
+    if wl.M % t["yi"]:  # a padded M: a power of two of row tiles per task, within M (one
+        yo = 1 << (yo.bit_length() - 1)  # of the space's values; the last task takes the rest)
+        while yo > 1 and yo * t["yi"] > wl.M:
+            yo //= 2
+    return {"tile_y": [-1, yo, t["yi"]],
             "tile_x": [-1, 1, t["xi"]], "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]]}
 
 
