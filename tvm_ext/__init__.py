@@ -32,6 +32,7 @@ _LAZY = {
     "templates_for": ("strategy", "templates_for"),
     "build_family": ("family", "build_family"),
     "tune_family": ("family", "tune_family"),
+    "pool_yields": ("codegen", "pool_yields"),
 }
 
 

@@ -142,3 +142,16 @@ def use_host_cores() -> int:
     if "TVM_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(host_cores())  # read when TVM makes its pool
     return int(tvm.runtime.num_threads())
+
+
+def pool_yields() -> bool:
+    """Make TVM's CPU worker threads sleep as soon as a parallel kernel ends rather than spin
+    for the next one (TVM's default: 300000 rounds), so that a numpy (BLAS) call made right
+    after one of our kernels finds the cores free; the price is the wake-up of the workers at
+    our next kernel (``python -m tvm_ext.bench.interplay`` measures both). Sets TVM's own
+    ``TVM_THREAD_POOL_SPIN_COUNT`` to 0 unless the user set it (then returns False); TVM reads
+    it when it makes its pool, so call this before the process's first parallel kernel."""
+    if "TVM_THREAD_POOL_SPIN_COUNT" in os.environ:
+        return False
+    os.environ["TVM_THREAD_POOL_SPIN_COUNT"] = "0"
+    return True

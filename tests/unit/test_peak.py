@@ -1,0 +1,15 @@
+"""The FMA-peak bench (issue 25, item 4): a register-only FMA kernel, its sum checked."""
+from tvm_ext.bench import peak
+
+
+def test_peak_kernel_sums_right_and_reports_a_rate():
+    r = peak.measure(steps=20_000, repeat=2)  # checks the kernel's sum itself
+    assert r["threads"] >= 1 and r["chains"] in (8, 12) and r["lanes"] >= 4
+    assert r["gflops"] >= r["gflops_median"] > 0
+
+
+def test_peak_refuses_nonsense(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        peak.main(["--steps", "0"])
+    assert "--steps and --repeat must be >= 1" in capsys.readouterr().err

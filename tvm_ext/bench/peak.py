@@ -1,0 +1,109 @@
+"""The host's measured FMA peak: ``python -m tvm_ext.bench.peak``.
+
+A kernel that does nothing but fused multiply-adds on registers, the way the GEMM micro-kernels
+do at best: every thread keeps ``chains`` vector accumulators (independent chains, enough to
+cover the FMA latency on every FMA unit), and each step adds one broadcast operand times a
+loop-invariant vector to each of them (one load per ``chains`` FMAs). One parallel task per
+thread, built by TVM for this host like our kernels (``-mcpu`` from the host, TVM's pool with
+``use_host_cores`` threads). Its GFLOP/s is the ceiling the GEMM rows of the CPU bench are
+compared with (``--gemm``: the bench's large rows as a share of it).
+
+    python -m tvm_ext.bench.peak [--steps 200000] [--gemm]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def peak_kernel(threads: int, lanes: int, chains: int, steps: int):
+    """(function, flops per call): threads x chains x lanes accumulators, ``steps`` FMAs each."""
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te  # noqa: PLC0415
+
+    from ..codegen import compile_module  # noqa: PLC0415
+    from ..target import host_cpu_target  # noqa: PLC0415
+    X = te.placeholder((threads, chains, lanes), "float32", name="X")
+    Y = te.placeholder((steps,), "float32", name="Y")
+    k = te.reduce_axis((0, steps), name="k")
+    C = te.compute((threads, chains, lanes), lambda p, c, v: te.sum(X[p, c, v] * Y[k], axis=k),
+                   name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y, C])}))
+    block = sch.get_sblock("C")
+    p, c, v, kk = sch.get_loops(block)
+    sch.reorder(p, kk, c, v)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, p)
+    sch.parallel(p)
+    sch.unroll(c)
+    sch.vectorize(v)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    sch.decompose_reduction(block, kk)
+    func = compile_module(sch.mod, host_cpu_target())["main"]
+    return func, 2.0 * threads * chains * lanes * steps
+
+
+def measure(steps: int = 200_000, repeat: int = 7) -> dict:
+    """The best of ``repeat`` calls (each about steps x 12 FMAs per thread) in GFLOP/s."""
+    import numpy as np  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+
+    from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
+    threads = use_host_cores()
+    facts = hardware_facts(host_cpu_target())
+    lanes, regs = facts["vector_lanes"], facts["vector_registers"]
+    # Half the vector registers as accumulators (12 of 32 on AVX-512 and 8 of 16 on AVX2 leave
+    # the invariant vectors room): at least 8 chains, 2 FMA units x 4 cycles of latency.
+    chains = 12 if regs >= 32 else 8
+    func, flops = peak_kernel(threads, lanes, chains, steps)
+    x = tvm.runtime.tensor(np.full((threads, chains, lanes), 1.0, "float32"))
+    y = tvm.runtime.tensor(np.full((steps,), 1e-6, "float32"))
+    out = tvm.runtime.empty((threads, chains, lanes), "float32", tvm.cpu())
+    func(x, y, out)
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func(x, y, out)
+        samples.append(time.perf_counter() - start)
+    want = steps * 1e-6
+    if not np.allclose(out.numpy(), want, rtol=1e-2):
+        raise RuntimeError(f"the peak kernel summed {out.numpy().flat[0]}, not {want}")
+    return {"threads": threads, "lanes": lanes, "chains": chains,
+            "gflops": flops / min(samples) / 1e9,
+            "gflops_median": flops / float(np.median(samples)) / 1e9}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tvm_ext.bench.peak",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=200_000,
+                   help="FMA steps per accumulator and call (default 200000)")
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--gemm", action="store_true",
+                   help="also run the CPU bench's large rows and give each as a share of the peak")
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.repeat < 1:
+        p.error("--steps and --repeat must be >= 1")
+    r = measure(args.steps, args.repeat)
+    print(f"FMA peak: {r['gflops']:.1f} GFLOP/s (median {r['gflops_median']:.1f}) on "
+          f"{r['threads']} threads, {r['lanes']}-lane f32 vectors, {r['chains']} chains a thread")
+    if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
+        from ..space import data_dir  # noqa: PLC0415
+        from .cpu import CPU_SUITE, run_cpu  # noqa: PLC0415
+        large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
+        rows = run_cpu(large, log=str(data_dir("logs") / "llvm_x86.json"), repeat=5)
+        # The peak again after the rows: a core busy elsewhere during one measurement shows
+        # as half the peak; the larger of the two is the host's.
+        peak = max(r["gflops"], measure(args.steps, args.repeat)["gflops"])
+        print(f"FMA peak (the larger of the runs before and after the rows): {peak:.1f} GFLOP/s")
+        for row in rows:
+            gflops = row.flop / (row.ours_ms * 1e-3) / 1e9
+            print(f"{row.name[:44]:<46} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of "
+                  f"the peak ({row.tuned})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
