@@ -113,7 +113,7 @@ SPACE_CASES = {
     "knob_filter_empties": (_set_filter("yt", "value > 100"),
                             "knob 'yt': filter 'value > 100' leaves none of its 4 candidates"),
     "split_filter_empties": (_set_filter("tile_y", "size[-1] > 1000"),
-                             "split 'tile_y' of 16 (factors, 2 outputs): filter 'size[-1] > "
+                             "split 'tile_y' of 16 (verbose, 2 outputs): filter 'size[-1] > "
                              "1000' leaves none of its 5 splits"),
     "unbounded_power": (_set_filter("yt", "value < 2 ** 999999999"),
                         "expression 'value < 2 ** 999999999' is too large to evaluate"),
