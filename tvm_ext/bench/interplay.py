@@ -101,12 +101,12 @@ def main(argv=None) -> int:
     p.add_argument("--calls", type=int, default=40, help="timed calls per cell (default 40)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    from ..errors import WorkloadError  # noqa: PLC0415
+    from ..workload import parse_shape  # noqa: PLC0415
     try:
-        shape = tuple(int(x) for x in args.shape.lower().split("x"))
-        if len(shape) != 3 or min(shape) < 1:
-            raise ValueError
-    except ValueError:
-        p.error(f"--shape must be MxNxK with sizes >= 1, got {args.shape!r}")
+        shape = parse_shape(args.shape, "dense")[-3:]
+    except WorkloadError as err:
+        p.error(f"--shape: {err}")
     if args.calls < 1:
         p.error(f"--calls must be >= 1, got {args.calls}")
     if args.child:

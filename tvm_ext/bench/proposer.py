@@ -113,16 +113,16 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
 
 
 def _compile(task, config) -> None:
-    """Build a config; on CUDA also run nvcc and ptxas on its source for the target's arch
-    (sm_90a for wgmma kernels), as loading it on a GPU would: TVM compiles CUDA source when
-    a module is loaded, so a build alone never meets ptxas's limits."""
-    exe = task.build(config)
+    """Build a config; on CUDA also run nvcc and ptxas on its source for the arch its kernel
+    carries (wgmma kernels carry sm_90a), as loading it on a GPU would: TVM compiles CUDA
+    source when a module is loaded, so a build alone never meets ptxas's limits."""
+    mod = task.instantiate(config)
+    exe = task.compile(mod)
     if task.target.kind.name != "cuda":
         return
     from tvm.support import nvcc  # noqa: PLC0415
-    arch = str(task.target.attrs["arch"])
-    if "wgmma" in task.name and not arch.endswith("a"):
-        arch += "a"
+    own = mod["main"].attrs.get("target") if mod["main"].attrs else None
+    arch = str((own or task.target).attrs["arch"])
     with task.target:
         nvcc.compile_cuda(exe.mod.imports[0].inspect_source(), target_format="cubin",
                           arch=arch, compiler="nvcc")
