@@ -273,23 +273,63 @@ def _placeholders(family: Family, size_vars):
             te.placeholder(b_shape, family.dtype, name="B"))
 
 
-def symbolic_func(family: Family, kernel: LibKernel, target):
-    """The scheduled PrimFunc of a library kernel: symbolic in the family's varying axes."""
+def family_granules(family: Family, template: Optional[str] = None) -> Dict[str, int]:
+    """{varying axis: granule} of a family's bucket kernels made by ``template``: every size
+    of the axis in the family is a multiple of it, where the template's schedule takes
+    extents ``g * t`` (``Template.granular``); else (and for the generic kernel) all 1."""
+    granular = template is not None and get_template(template).granular
+    return {a: family.granule(a) if granular else 1 for a in family.varying}
+
+
+def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool = True):
+    """The scheduled PrimFunc of a library kernel: symbolic in the family's varying axes.
+    A bucket kernel (``granular``) takes an axis whose sizes are all multiples of a granule g
+    as ``g * t`` (its size var t counts granules): tiles that divide g need no padding, and
+    its dispatch branch binds t = size / g where g divides the size. The generic kernel takes
+    every varying axis as a plain size var. Returns (func, task, [(size var, granule)])."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te, tirx  # noqa: PLC0415
 
-    from .ops.common import matmul_compute  # noqa: PLC0415
-
-    task = Task(family.workload(kernel.rep), target, template=kernel.template)
+    granules = family_granules(family, kernel.template if granular else None)
+    task = Task(family.workload(kernel.rep), target, template=kernel.template, symbolic=True,
+                granules=granules)
     cfg = config_of(task, kernel)
-    vars_ = {a: tirx.Var(_VAR_NAMES[a], "int32") for a in family.varying}
-    A, B = _placeholders(family, vars_)
-    tensors = matmul_compute(task.workload, A, B)
+    vars_ = {a: tirx.Var(_VAR_NAMES[a] + ("_t" if granules[a] > 1 else ""), "int32")
+             for a in family.varying}
+    sizes = {a: v * granules[a] if granules[a] > 1 else v for a, v in vars_.items()}
+    A, B = _placeholders(family, sizes)
+    tensors = _operand_compute(task.template, task.workload, A, B)
     if task.template.prepare is not None:
         task.template.prepare()
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
-    task.template.schedule(sch, cfg, task.workload, task.facts)
-    return task.launch(sch.mod["main"]), task, [vars_[a] for a in family.varying]
+    try:
+        task.template.schedule(sch, cfg, task.workload, task.facts)
+    except Exception:  # noqa: BLE001
+        if not any(g > 1 for g in granules.values()):
+            raise
+        logger.debug("tvm_ext: %s at %s: built without granules", kernel.template, kernel.rep)
+        # TVM 0.27 pads some of the extents g * t and not others (tiles that divide a granule
+        # and tiles that do not) only where the sizes are constants (the tensor-core schedules'
+        # reverse_compute_at finds no stage pipeline): such a kernel pads every axis, as the
+        # generic kernel does (the space's rules see the same: a tile that does not divide its
+        # granule is padded, its C tile staged).
+        return symbolic_func(family, kernel, target, granular=False)
+    return (task.launch(sch.mod["main"]), task,
+            [(vars_[a], granules[a]) for a in family.varying])
+
+
+def _operand_compute(template, wl, A, B):
+    """The plain matmul on the family's operands, accumulated as the template accumulates
+    (mma: f16 products in f32, cast once at the write-back, as its own compute does)."""
+    from tvm import te  # noqa: PLC0415
+
+    from .ops.common import CAST_BLOCK, matmul_compute  # noqa: PLC0415
+
+    acc = template.acc_dtype(wl) if template.acc_dtype is not None else wl.out_dtype
+    if acc == wl.out_dtype:
+        return matmul_compute(wl, A, B)
+    _, _, c = matmul_compute(wl.with_(out_dtype=acc), A, B)
+    return [A, B, te.compute(c.shape, lambda *i: c(*i).astype(wl.out_dtype), name=CAST_BLOCK)]
 
 
 def config_of(task: Task, kernel: LibKernel) -> ConfigEntity:
@@ -304,7 +344,7 @@ def config_of(task: Task, kernel: LibKernel) -> ConfigEntity:
     return fit.config
 
 
-def _library_func(kernels, routes, family: Family, entry: str):
+def _library_func(kernels, routes, family: Family, entry: str, granules: Dict[str, int]):
     """One PrimFunc ``entry`` (A, B, C) whose body runs the kernel of the shape's bucket:
     each kernel for its buckets, the generic one for any other shape. ``kernels`` are the
     scheduled kernels ((func, size vars), the generic one last); each branch binds its
@@ -315,20 +355,24 @@ def _library_func(kernels, routes, family: Family, entry: str):
     from tvm.tirx.buffer import buffer_data  # noqa: PLC0415
 
     main, main_sizes = kernels[-1]
-    by_axis = dict(zip(family.varying, main_sizes))
+    by_axis = {a: v for a, (v, _) in zip(family.varying, main_sizes)}
 
     def branch(i):
         func, sizes = kernels[i]
         if i == len(kernels) - 1:
             return func.body
-        stmts = [tirx.Bind(v, by_axis[a]) for a, v in zip(family.varying, sizes)]
+        stmts = [tirx.Bind(v, tirx.floordiv(by_axis[a], g) if g > 1 else by_axis[a])
+                 for a, (v, g) in zip(family.varying, sizes)]
         stmts += [tirx.DeclBuffer(buf, data=buffer_data(outer))
                   for buf, outer in zip(func.params, main.params)]
         return tirx.SeqStmt(stmts + [func.body])
 
     def box(bounds):
+        # Inside the bucket, and a multiple of each granule of the kernel (a size between
+        # two of a stepped range goes to the generic kernel).
         terms = [tvm.tirx.all(by_axis[a] >= lo, by_axis[a] <= hi)
                  for a, (lo, hi) in bounds.items()]
+        terms += [tirx.floormod(by_axis[a], g) == 0 for a, g in granules.items() if g > 1]
         return tvm.tirx.all(*terms) if terms else tvm.tirx.const(True, "bool")
 
     # One branch per kernel (a kernel's vars are bound once), taken for any of its buckets;
@@ -382,8 +426,11 @@ class FamilyModule:
     def kernel_for(self, shape: Sequence[int]) -> int:
         """Index of the kernel the dispatcher runs for a shape (len(kernels): generic)."""
         shape = tuple(shape) if len(shape) == 4 else (1, *shape)
+        fam = self.library.family
         for bounds, idx in self.library.routes:
-            if all(lo <= shape[AXES.index(a)] <= hi for a, (lo, hi) in bounds.items()):
+            if all(lo <= shape[AXES.index(a)] <= hi for a, (lo, hi) in bounds.items()) and \
+                    all(shape[AXES.index(a)] % g == 0 for a, g in
+                        family_granules(fam, self.library.generic.template).items()):
                 return len(self.library.kernels) if idx in self.library.set_aside else idx
         return len(self.library.kernels)
 
@@ -438,12 +485,13 @@ def library_func(library: Library, target, entry: str = "main"):
         index[i] = len(funcs)
         funcs.append((func, sizes))
         pass_config.update(task.template.pass_config)
-    func, task, sizes = symbolic_func(library.family, library.generic, target)
+    func, task, sizes = symbolic_func(library.family, library.generic, target, granular=False)
     funcs.append((func, sizes))
     pass_config.update(task.template.pass_config)
     # A bucket whose kernel was set aside goes to the generic kernel (no route).
     routes = [(bounds, index[i]) for bounds, i in library.routes if i in index]
-    return _library_func(funcs, routes, library.family, entry), pass_config
+    granules = family_granules(library.family, library.generic.template)
+    return _library_func(funcs, routes, library.family, entry, granules), pass_config
 
 
 def compile_library(library: Library, target=None, *, entry: str = "main") -> FamilyModule:
@@ -619,7 +667,10 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     measurer = make_measurer(target, measure_options)
     try:
         for i, shape in enumerate(reps):
-            task = Task(family.workload(shape), target, template=t.name)
+            # Tuned in the space of the kernel that will run: symbolic extents (whose rules
+            # can differ: a tensor-core kernel of symbolic extents stages its C tile).
+            task = Task(family.workload(shape), target, template=t.name, symbolic=True,
+                        granules=family_granules(family, t.name))
             s = tune_task(task, log, trials=trials, tuner=tuner, seed=seed + i, resume=True,
                           transfer=[log], measurer=measurer)
             say(f"  {task.workload}: best {s.best_cost * 1e3:.3f} ms "
@@ -645,12 +696,15 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
         raise TvmExtError(f"{family}: no representative has a valid measured config "
                           f"(see {log})")
     start = time.time()
+    generic = generic_kernel(family, target, t.name)
     times = np.full((len(cands), len(buckets)), np.inf)
     rep_shapes = [b.rep for b in buckets]
     prepared = prepare_shapes(target, family, rep_shapes, seed=seed)
     for ci, k in enumerate(cands):
         try:
-            lib = compile_library(Library(family, target_str(target), [], [], k), target)
+            # As it will run: a bucket kernel (granules, the dispatch) beside the generic one.
+            lib = compile_library(Library(family, target_str(target), [k],
+                                          [(b.bounds, 0) for b in buckets], generic), target)
             times[ci] = time_shapes(lib.executable, target, family, rep_shapes,
                                     prepared=prepared, repeat=3, min_repeat_ms=10)
         except Exception as err:  # noqa: BLE001  (a candidate that fails is not picked)
@@ -666,8 +720,7 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     for bi, b in enumerate(buckets):
         idx = int(np.argmin([times[c, bi] for c in picks]))
         routes.append((b.bounds, idx))
-    library = Library(family, target_str(target), kernels, routes,
-                      generic_kernel(family, target, t.name), curve)
+    library = Library(family, target_str(target), kernels, routes, generic, curve)
     rec.append(log, [json.dumps(library.to_json())])
     report = FamilyReport(buckets, reps, len(cands), curve,
                           [(b.describe(), i) for b, (_, i) in zip(buckets, routes)],

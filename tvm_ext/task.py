@@ -35,8 +35,17 @@ class InstantiationError(RuntimeError):
 
 class Task:
     def __init__(self, workload: Workload, target=None, *, template: Optional[str] = None,
-                 space_file: Optional[str] = None):
+                 space_file: Optional[str] = None, symbolic: bool = False,
+                 granules: Optional[Mapping[str, int]] = None):
         self.workload = workload
+        # A shape family's task: its configs are built as kernels of symbolic extents, which
+        # the space's rules see as ``symbolic`` = 1 and ``granule_m`` / ``_n`` / ``_k``: the
+        # size every extent of that axis is a multiple of (``granules[axis]`` for a varying
+        # axis, 1 for the generic kernel's: a tile that does not divide it is padded inside the
+        # kernel; an axis not in ``granules`` is fixed: its size). The workload is the family's
+        # representative shape, whose sizes the rest of the rules and the fallback use.
+        self.symbolic = symbolic
+        self.granules = {a: int(g) for a, g in (granules or {}).items()}
         self.target = parse_target(target)
         self.facts = hardware_facts(self.target, workload.dtype)
         if template is None:
@@ -66,7 +75,10 @@ class Task:
         wl = self.workload
         axes = {"B": wl.batch, "M": wl.M, "N": wl.N, "K": wl.K}
         facts = {**self.facts, "layout": wl.layout, "dtype": wl.dtype,
-                 "out_dtype": wl.out_dtype, "epilogue": wl.epilogue}
+                 "out_dtype": wl.out_dtype, "epilogue": wl.epilogue,
+                 "symbolic": int(self.symbolic)}
+        for a in ("M", "N", "K"):
+            facts[f"granule_{a.lower()}"] = self.granules.get(a, axes[a])
         space = build_space(self.spec, axes, facts)
         space.fallback_index = self._fallback_index
         return space
@@ -181,4 +193,5 @@ class Task:
         return self.compile(self.instantiate(config))
 
     def __repr__(self):
-        return f"Task({self.name}, {self.workload}, {self.target_str})"
+        sym = ", symbolic" if self.symbolic else ""
+        return f"Task({self.name}, {self.workload}, {self.target_str}{sym})"

@@ -106,6 +106,13 @@ class Template:
     # Whether its schedule takes symbolic extents (padding them up to its tiles inside the
     # kernel): the kernels of a shape family (``tvm_ext.family``).
     symbolic: bool = False
+    # Whether that schedule also takes an extent g * t (t symbolic) as a multiple of g: a
+    # family whose sizes of an axis are all multiples of g gets bucket kernels that pad only
+    # for tiles that do not divide g (``tvm_ext.family``).
+    granular: bool = False
+    # The accumulator dtype of its compute (workload -> dtype) where it is not the output's:
+    # a family's kernel of symbolic extents is computed on the family's operands with it.
+    acc_dtype: Optional[Callable] = None
 
     # Whether ``schedule`` works on a TensorIR matmul (a fused Relax function, MetaSchedule).
     schedulable = False

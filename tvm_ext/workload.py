@@ -333,10 +333,12 @@ _ITEM_RE = re.compile(r"^(\d+)(?:\.\.(\d+)(?::(\d+))?)?$")
 
 @dataclass(frozen=True)
 class Dim:
-    """One axis of a family: ``values`` (sorted, distinct) or None for "any" (``?``)."""
+    """One axis of a family: ``values`` (sorted, distinct) or None for "any" (``?``); ``tie``
+    names the axis whose size this one always equals ('=M': attention's scores, seq x seq)."""
 
     text: str
     values: Optional[Tuple[int, ...]]
+    tie: Optional[str] = None
 
     @property
     def fixed(self) -> bool:
@@ -355,10 +357,17 @@ class Dim:
 
     @staticmethod
     def parse(text: str, axis: str) -> "Dim":
-        """'64', '8,16,24', '1..24', '512..16384:512', '1..8,16', '?' -> Dim."""
+        """'64', '8,16,24', '1..24', '512..16384:512', '1..8,16', '?' -> Dim; '=M' (the size of
+        another axis) -> a tied Dim whose values ``Family.parse`` fills in."""
         t = text.strip()
         if t == "?":
             return Dim("?", None)
+        if t.startswith("="):
+            ref = t[1:].strip().upper()
+            if ref not in AXES or ref == axis:
+                raise WorkloadError(f"malformed size '{text}' for axis {axis}: '=A' ties it to "
+                                    f"another axis A of {', '.join(AXES)}")
+            return Dim(f"={ref.lower()}", None, tie=ref)
         values = set()
         for item in t.split(","):
             m = _ITEM_RE.match(item.strip())
@@ -412,7 +421,8 @@ class Family:
         dims = tuple(Dim.parse(p, a) for p, a in zip(parts, axes))
         if n == 3:
             dims = (Dim("1", (1,)),) + dims
-        return Family(op, dims, dtype, out_dtype or default_out_dtype(dtype), layout)
+        return Family(op, _resolve_ties(dims), dtype, out_dtype or default_out_dtype(dtype),
+                      layout)
 
     @staticmethod
     def of(workload: Workload) -> "Family":
@@ -446,12 +456,24 @@ class Family:
         """The axes whose size is not fixed (symbolic in the family's kernels)."""
         return tuple(a for a, d in zip(AXES, self.dims) if d.varies)
 
+    def granule(self, axis: str) -> int:
+        """The largest size every size of ``axis`` in the family is a multiple of (1 for an
+        axis of any size): a bucket kernel may take the axis as ``granule * t`` and need no
+        padding for tiles that divide it."""
+        i = AXES.index(axis)
+        if self.weights is not None:
+            values = {s[i] for s, _ in self.weights}
+        else:
+            values = self.dims[i].values
+        return math.gcd(*values) if values else 1
+
     def fixed(self, axis: str) -> Optional[int]:
         d = self.dims[AXES.index(axis)]
         return d.values[0] if d.fixed else None
 
     def contains(self, shape: Sequence[int]) -> bool:
-        return all(v in d for v, d in zip(shape, self.dims))
+        return all(v in d and (d.tie is None or v == shape[AXES.index(d.tie)])
+                   for v, d in zip(shape, self.dims))
 
     @property
     def enumerable(self) -> bool:
@@ -466,8 +488,11 @@ class Family:
                                 "come from a shape trace")
         out = [()]
         for d in self.dims:
-            out = [s + (v,) for s in out for v in d.values]
-        return out
+            if d.tie is not None and AXES.index(d.tie) < len(out[0]):
+                out = [s + (s[AXES.index(d.tie)],) for s in out]
+            else:
+                out = [s + (v,) for s in out for v in d.values]
+        return [s for s in out if self.contains(s)]
 
     def probabilities(self) -> List[Tuple[Tuple[int, int, int, int], float]]:
         """(shape, probability of a call having it)."""
@@ -504,8 +529,23 @@ class Family:
         return f"{self.op} family {self.text} {self.dtype}{out} {self.layout}"
 
 
+def _resolve_ties(dims):
+    """Tied dims ('=M') take the values of the axis they follow, which must vary and not be
+    tied itself."""
+    out = list(dims)
+    for i, d in enumerate(dims):
+        if d.tie is None:
+            continue
+        ref = dims[AXES.index(d.tie)]
+        if ref.tie is not None or not ref.varies or ref.values is None:
+            raise WorkloadError(f"axis {AXES[i]} '={d.tie.lower()}': axis {d.tie} must be a set "
+                                "or a range of sizes (not fixed, '?' or tied itself)")
+        out[i] = Dim(d.text, ref.values, tie=d.tie)
+    return tuple(out)
+
+
 def is_family_text(text: str) -> bool:
     """Whether a --shape is a family (a set, a range or ``?`` on some axis), not one shape.
     '4,256,256,256' (commas between the sizes, no x) stays one shape."""
     t = text.strip().lower()
-    return "x" in t and any(c in t for c in ",.?")
+    return "x" in t and any(c in t for c in ",.?=")

@@ -44,3 +44,59 @@ def test_generic_kernel_compiles_with_nvcc(op, text, dtype, layout):
     src = _source(lib)
     assert "__global__" in src
     assert len(nvcc_cubin(src, TARGET, "sm_90")) > 1000
+
+
+ATTENTION = "1..32x64..4096:64x=mx128"  # attention's scores: batch x seq x seq, head dim 128
+
+
+def test_family_tasks_see_symbolic_extents_in_the_mma_space():
+    """A shape family's task is tuned in the space of the kernel that will run: a tensor-core
+    kernel of symbolic extents always stages its C tile (static shared memory, 48 KB) and
+    launches its blocks row by row; the same shape tuned alone may do neither."""
+    from tvm_ext.task import Task
+    wl = Family.parse(ATTENTION, "batch_matmul", "float16").workload((8, 1024, 1024, 128))
+    big = {"block_row_warps": 2, "block_col_warps": 2, "warp_row_tiles": 4,
+           "warp_col_tiles": 4, "stages": 3, "raster": 1, "stage_c": 0}
+    static = Task(wl, TARGET, template="batch_matmul_mma.cuda")
+    # The generic kernel's task: M and N of any size (granule 1), K fixed at 128.
+    family = Task(wl, TARGET, template="batch_matmul_mma.cuda", symbolic=True,
+                  granules={"B": 1, "M": 1, "N": 1})
+    assert not static.space.violations(static.config_with(big))
+    assert any("48 KB" in v for v in family.space.violations(family.config_with(big)))
+    grouped = {**big, "warp_col_tiles": 2, "raster": 2}
+    assert not static.space.violations(static.config_with(grouped))
+    assert any("row by row" in v for v in family.space.violations(family.config_with(grouped)))
+    fb = family.fallback_config()
+    assert not family.space.violations(fb) and fb["raster"].val == 1
+    assert len(list(family.space.valid_indices(limit=200))) == 200  # room left to tune
+    # A bucket kernel of granule 64 (every M and N a multiple of 64): a 64 x 64 tile divides
+    # it, so it is not staged, and K (fixed, 128) is aligned to a tile_k of 64.
+    bucket = Task(wl, TARGET, template="batch_matmul_mma.cuda", symbolic=True,
+                  granules={"B": 1, "M": 64, "N": 64})
+    small = {**big, "warp_row_tiles": 2, "warp_col_tiles": 2, "stage_c": 0}
+    names = bucket.space.names_of(bucket.config_with(small))
+    assert not names["c_staged"] and names["c_smem_bytes"] == 0
+    names = family.space.names_of(family.config_with(small))
+    assert names["c_staged"] and names["c_smem_bytes"] == 64 * 64 * 4
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_attention_family_library_runs_on_tensor_cores():
+    """The f16 attention-like family (2048 shapes) is one library of mma.sync kernels of
+    symbolic extents: it compiles under nvcc (ptxas holds every kernel to 48 KB of static
+    shared memory), and every shape is routed to a bucket kernel."""
+    fam = Family.parse(ATTENTION, "batch_matmul", "float16", layout="NT")
+    assert len(fam.shapes()) == 2048
+    assert F.family_template(fam, TARGET).name == "batch_matmul_mma.cuda"
+    lib = F.compile_library(fallback_library(fam, TARGET, 3, "cuda"), TARGET)
+    src = _source(lib)
+    assert src.count("__global__") >= 4 and "mma.sync.aligned.m16n8k16" in src
+    assert len(nvcc_cubin(src, TARGET, "sm_90")) > 1000
+    assert {lib.kernel_for(s) for s in fam.shapes()} == {0, 1, 2}
+    assert lib.kernel_for((4, 256, 512, 128)) == 3  # not tied: the generic kernel
+    # Inside a bucket but not a multiple of the granule (64): the bucket kernels take
+    # 64 * t, so the generic kernel runs it; the dispatcher's condition says the same.
+    assert {a: fam.granule(a) for a in fam.varying} == {"B": 1, "M": 64, "N": 64}
+    assert lib.kernel_for((4, 100, 100, 128)) == 3 and lib.kernel_for((4, 128, 128, 128)) < 3
+    func, _ = F.library_func(lib.library, TARGET)
+    assert func.script().count("% 64 == 0") >= 2  # m and n, in the bucket kernels' condition

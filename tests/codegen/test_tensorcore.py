@@ -216,3 +216,17 @@ def test_padding_is_computed_inside_the_loads(template):
             params = " ".join(signatures)
             assert "A_ptr" in params and "B_ptr" in params and "_pad_ptr" not in params, \
                 (wl, cfg, signatures)
+
+
+@pytest.mark.parametrize("dtype,out", [("float16", "float16"), ("int8", "int32")])
+def test_fallback_of_a_padded_shape_launches(dtype, out):
+    """A padded shape stages its C tile in static shared memory: the fallback passes over a
+    128 x 128 tile (64 KB of f32 / int32, over the 48 KB that a kernel may hold statically),
+    which it once picked, for the largest tile that launches."""
+    wl = Workload("batch_matmul", 8, 3000, 500, 128, dtype=dtype, out_dtype=out, layout="NT")
+    task = Task(wl, cuda_target("sm_90"), template="batch_matmul_mma.cuda")
+    fb = task.fallback_config()
+    assert task.space.violations(fb) == []
+    tile = [fb[k].val for k in ("block_row_warps", "warp_row_tiles", "block_col_warps",
+                                "warp_col_tiles")]
+    assert tile[0] * tile[1] * tile[2] * tile[3] * 256 * 4 <= 48 * 1024

@@ -20,21 +20,24 @@ def _target():
     return t
 
 
-@pytest.mark.parametrize("text,dtype,layout", [
-    ("1,2,3,5,8,13,21,24x512..4096:512x512x64", "float32", "NT"),   # seed signature
-    ("1..4x100..700:150x96x72", "float16", "NN"),                   # odd sizes, f16
+@pytest.mark.parametrize("text,dtype,out,layout", [
+    ("1,2,3,5,8,13,21,24x512..4096:512x512x64", "float32", None, "NT"),   # seed signature
+    ("1..4x100..700:150x96x72", "float16", None, "NN"),                   # odd sizes, f16
+    # attention's scores, f16 out: mma kernels of granule 64 (f32 accumulation, cast)
+    ("1,3,32x64..4096:960x=mx128", "float16", "float16", "NT"),
 ])
-def test_family_library_every_shape(text, dtype, layout, tmp_path):
+def test_family_library_every_shape(text, dtype, out, layout, tmp_path):
     import tvm
     target = _target()
-    fam = Family.parse(text, "batch_matmul", dtype, layout=layout)
+    fam = Family.parse(text, "batch_matmul", dtype, out, layout=layout)
     lib = F.compile_library(fallback_library(fam, target, 3, "cuda"), target)
     so = tmp_path / "fam.so"
     lib.export_library(so)
     run = tvm.runtime.load_module(str(so))["main"]
     dev = tvm.cuda(0)
     rng = np.random.default_rng(0)
-    outside = [(30, 600, fam.fixed("N"), fam.fixed("K")), (2, 7, fam.fixed("N"), fam.fixed("K"))]
+    n, k = fam.fixed("N") or 200, fam.fixed("K")
+    outside = [(30, 600, n, k), (2, 7, n, k)]
     for shape in fam.shapes() + outside:
         wl = fam.workload(shape)
         a, b = random_inputs(wl, rng)

@@ -63,3 +63,17 @@ def test_split_k_numerics_on_gpu():
     n, failures = pool_failures([(task, split_configs(task, 3)) for task in tasks])
     assert n >= 12
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_padded_fallback_numerics_on_gpu():
+    """The mma fallback of a padded shape whose 128 x 128 tile would not launch (64 KB staged
+    C tile): the tile it takes instead, f16 -> f16 and int8 -> int32, checked against numpy."""
+    import tvm
+    target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
+    tasks = [Task(Workload("batch_matmul", 8, 3000, 500, 128, dtype=d, out_dtype=o,
+                           layout="NT"), target, template="batch_matmul_mma.cuda")
+             for d, o in (("float16", "float16"), ("int8", "int32"))]
+    n, failures = pool_failures([(t, [t.fallback_config()]) for t in tasks])
+    assert n == 2
+    assert not failures, "\n".join(failures)

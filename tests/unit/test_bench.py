@@ -73,3 +73,25 @@ def test_ratio_plot_from_rows(tmp_path):
     png = tmp_path / "rows.png"
     assert main(["--replot", str(src), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_family_bench_tied_family_and_resume(tmp_path, capsys):
+    """bench.family on a tied family (seq x seq) runs end to end; --resume keeps the tuned
+    library, the per-shape logs and their tuning seconds (a run cut off by the device's time
+    limit goes on where it stopped) and checks every shape again."""
+    from tvm_ext.bench.family import main as family_main
+    argv = ["--shape", "1..2x8..24:16x=mx16", "--trials", "2", "--sample", "1", "--rounds",
+            "1", "--max-kernels", "1", "--workdir", str(tmp_path)]
+    assert family_main(argv) == 0
+    first = capsys.readouterr().out
+    assert "all 4 shapes of the family match numpy" in first
+    spent = json.loads((tmp_path / "tuning_seconds.json").read_text())
+    assert sorted(k.split()[0] for k in spent) == ["family", "shape"]
+    assert all(v > 0 for v in spent.values())
+    assert family_main(argv + ["--resume"]) == 0
+    again = capsys.readouterr().out
+    assert "resumed: the family's library" in again and "tuning representative" not in again
+    assert "all 4 shapes of the family match numpy" in again
+    assert json.loads((tmp_path / "tuning_seconds.json").read_text()) == spent
+    with pytest.raises(SystemExit):
+        family_main(["--resume"])

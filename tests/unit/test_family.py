@@ -35,6 +35,36 @@ def test_parse_sets_ranges_steps_and_any():
         dense.shapes()
 
 
+def test_tied_axis_follows_its_axis():
+    """'=M': attention's scores (seq x seq) as one family of a symbolic length."""
+    fam = Family.parse("1..3x64..256:64x=mx128", "batch_matmul", "float16")
+    assert fam.shapes() == [(b, m, m, 128) for b in (1, 2, 3) for m in (64, 128, 192, 256)]
+    assert fam.varying == ("B", "M", "N")  # the kernels take M and N as two sizes
+    assert fam.contains((2, 128, 128, 128)) and not fam.contains((2, 128, 64, 128))
+    assert Family.parse(fam.text, "batch_matmul", "float16") == fam
+    assert is_family_text("4x64..256:64x=mx128")
+    # Buckets follow the diagonal: one per (B, M) power-of-two group.
+    buckets = F.make_buckets(fam)
+    assert sorted(b.rep[1] == b.rep[2] for b in buckets) == [True] * len(buckets)
+    assert sum(len(b.shapes) for b in buckets) == len(fam.shapes())
+    odd = Family.parse("1..2x5..40:7x=mx16", "batch_matmul")
+    lib = F.compile_library(fallback_library(odd, CPU, 2, "llvm"), CPU)
+    assert lib.kernel_for((2, 12, 40, 16)) == 2  # untied: the generic kernel
+    _check_all(lib, odd, odd.shapes() + [(2, 12, 40, 16)])
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("1..4x=mx64x32", "ties it to another axis"),          # M tied to itself
+    ("1..4x64x=qx32", "'=A' ties it to another axis"),
+    ("1..4x64x=mx32", "axis M must be a set or a range"),   # tied to a fixed axis
+    ("1..4x?x=mx32", "axis M must be a set or a range"),
+    ("1..4x=nx=mx32", "or tied itself"),
+])
+def test_tie_errors_name_the_problem(text, msg):
+    with pytest.raises(WorkloadError, match=msg):
+        Family.parse(text, "batch_matmul")
+
+
 @pytest.mark.parametrize("text,msg", [
     ("1..8x64x512", "needs 4 sizes"),
     ("8..1x64x512x64", "LO <= HI"),

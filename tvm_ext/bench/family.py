@@ -34,6 +34,7 @@ their flops.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -181,6 +182,8 @@ def main(argv=None) -> int:
     p.add_argument("--op", default="batch_matmul")
     p.add_argument("--shape", default="1..8x64..2048:64x512x64")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--out-dtype", default=None, help="default: the dtype's usual output "
+                   "(float16 -> float32; attention's scores: --out-dtype float16)")
     p.add_argument("--layout", default="NT")
     p.add_argument("--target", default=None, help="default: the host CPU")
     p.add_argument("--trials", type=int, default=16, help="trials per tuned shape")
@@ -190,7 +193,13 @@ def main(argv=None) -> int:
                    help="shapes tuned one by one for the per-shape comparison")
     p.add_argument("--rounds", type=int, default=5, help="timing rounds")
     p.add_argument("--workdir", help="where the logs and the .so go (default: a temp dir)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep what an earlier run left in --workdir: the family's log and the "
+                        "per-shape logs are not tuned again, their tuning times are read back "
+                        "(a run cut off by a time limit goes on where it stopped)")
     args = p.parse_args(argv)
+    if args.resume and not args.workdir:
+        p.error("--resume needs --workdir")
 
     import tvm  # noqa: PLC0415
 
@@ -202,7 +211,7 @@ def main(argv=None) -> int:
     from ..workload import Family  # noqa: PLC0415
 
     target = parse_target(args.target) if args.target else host_cpu_target()
-    fam = Family.parse(args.shape, args.op, args.dtype, layout=args.layout)
+    fam = Family.parse(args.shape, args.op, args.dtype, args.out_dtype, layout=args.layout)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="tvm_ext_family_"))
     work.mkdir(parents=True, exist_ok=True)
     shapes = fam.shapes()
@@ -211,16 +220,22 @@ def main(argv=None) -> int:
 
     # 1. the family, tuned and exported
     log = work / "family.json"
-    if log.exists():
-        log.unlink()
-    t0 = time.time()
-    library, report = F.tune_family(fam, target, log, trials=args.trials,
-                                    max_kernels=args.max_kernels, tuner=args.tuner,
-                                    progress=print)
-    family_s = time.time() - t0
-    for line in report.lines():
-        print(line)
+    spent = _Spent(work / "tuning_seconds.json", args.resume)
+    if "family" in spent and F.library_for([log], fam, target) is not None:
+        family_s = spent["family"]
+        print(f"resumed: the family's library from {log} (tuned in {family_s:.1f} s)")
+    else:
+        if log.exists():
+            log.unlink()
+        t0 = time.time()
+        library, report = F.tune_family(fam, target, log, trials=args.trials,
+                                        max_kernels=args.max_kernels, tuner=args.tuner,
+                                        progress=print)
+        family_s = spent.set("family", time.time() - t0)
+        for line in report.lines():
+            print(line)
     lib = F.build_family(fam, target, log)
+    library = lib.library
     so = work / "family.so"
     lib.export_library(so)
     loaded = tvm.runtime.load_module(str(so))["main"]
@@ -249,12 +264,17 @@ def main(argv=None) -> int:
     for i, shape in enumerate(sample):
         task = Task(fam.workload(shape), target, template=template)
         slog = work / f"shape_{i}.json"
-        if slog.exists():
-            slog.unlink()
-        t0 = time.time()
-        tune_task(task, slog, trials=args.trials, tuner=args.tuner, seed=i)
-        tune_times.append(time.time() - t0)
-        best = record.best_for(record.load(slog), task.workload, target)
+        key = f"shape {'x'.join(map(str, shape))}"
+        best = record.best_for(record.load(slog), task.workload, target) \
+            if key in spent and slog.exists() else None
+        if best is None:
+            if slog.exists():
+                slog.unlink()
+            t0 = time.time()
+            tune_task(task, slog, trials=args.trials, tuner=args.tuner, seed=i)
+            spent.set(key, time.time() - t0)
+            best = record.best_for(record.load(slog), task.workload, target)
+        tune_times.append(spent[key])
         per_shape[shape] = task.build(task.config_of_record(best.config))
     per_shape_total = float(np.mean(tune_times)) * len(shapes)
     print(f"per-shape tuning: {np.mean(tune_times):.1f} s per shape (mean of {len(sample)}); "
@@ -305,10 +325,11 @@ def main(argv=None) -> int:
     def mean(k, over):
         return sum(med[k][s] for s in over) / len(over)
 
+    buckets = F.make_buckets(fam)
     print(f"\nper bucket, all shapes (mean ms per call; ratio = {ref_name} / library):")
     print(f"  {'bucket':<24} {'shapes':>6} {'kernel':>6} {'library':>9} {ref_name:>9} "
           f"{'ratio':>6}")
-    for b in report.buckets:
+    for b in buckets:
         k = lib.kernel_for(b.rep)
         print(f"  {b.describe():<24} {len(b.shapes):>6} {k:>6} "
               f"{mean('lib', b.shapes) * 1e3:>9.3f} {mean('ref', b.shapes) * 1e3:>9.3f} "
@@ -336,6 +357,25 @@ def main(argv=None) -> int:
           f"{mean('tvm_dynamic', sample) / lib_s:.1f} (sample); family tuning {family_s:.0f} s "
           f"= {family_s / per_shape_total:.1%} of tuning every shape ({per_shape_total:.0f} s)")
     return 0
+
+
+class _Spent:
+    """Tuning seconds by name, kept in a JSON file of the workdir (read back with --resume)."""
+
+    def __init__(self, path, resume):
+        self.path = path
+        self.data = json.loads(path.read_text()) if resume and path.exists() else {}
+
+    def __contains__(self, key):
+        return key in self.data
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def set(self, key, seconds):
+        self.data[key] = seconds
+        self.path.write_text(json.dumps(self.data, indent=1))
+        return seconds
 
 
 def _outside(family):

@@ -93,11 +93,14 @@ def pad_to_tiles(sch, block, tiles):
     batch loops are left alone) where an extent is not a constant multiple of its tile: an
     unaligned shape, or a symbolic extent (the kernels of a shape family). An aligned static
     shape is left as it is, so its kernel does not change. Returns whether it padded."""
-    from tvm import tirx  # noqa: PLC0415
+    from tvm import sym, tirx  # noqa: PLC0415
 
     loops = sch.get_loops(block)
     extents = [sch.get(loop).extent for loop in loops[-3:]]
-    if all(isinstance(e, tirx.IntImm) and e.value % t == 0 for e, t in zip(extents, tiles)):
+    # A symbolic extent known to be a multiple of its tile (a family kernel's 64 * m_t, where
+    # every size of the family is a multiple of 64) is not padded either.
+    analyzer = sym.Analyzer()
+    if all(analyzer.can_prove(tirx.floormod(e, t) == 0) for e, t in zip(extents, tiles)):
         return False
     sch.pad_einsum(block, [1] * (len(loops) - 3) + list(tiles))
     return True

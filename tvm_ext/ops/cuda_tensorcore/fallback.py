@@ -28,24 +28,47 @@ def check_tc(wl, facts, kf=None):
 def fallback_tc(space, wl, facts, *, mma):
     """Untuned tiles from the target: the largest block tile (up to 128 x 128, 4-8 warps) that
     still gives every SM a block and pads at most 1.25x; 64-byte K steps for wmma, 128-byte
-    three-stage pipelines for mma (both within the shared memory of sm_80 / sm_90)."""
-    kf = mma_k(wl) if mma else FRAG
-    nbytes = facts["dtype_bytes"]
+    three-stage pipelines for mma (both within the shared memory of sm_80 / sm_90). For mma, a
+    tiling that breaks the space's rules at every pipeline depth (a staged C tile over the
+    static shared memory: a padded shape, a shape family's kernel) is passed over."""
     best, best_key = None, None
-    for brw, bcw, wrt, wct in ((2, 2, 4, 4), (2, 2, 4, 2), (2, 2, 2, 4), (2, 2, 2, 2),
-                               (2, 1, 2, 2), (1, 2, 2, 2), (1, 1, 2, 2), (1, 1, 1, 2),
-                               (1, 1, 2, 1), (1, 1, 1, 1)):
+    for tiling in ((2, 2, 4, 4), (2, 2, 4, 2), (2, 2, 2, 4), (2, 2, 2, 2),
+                   (2, 1, 2, 2), (1, 2, 2, 2), (1, 1, 2, 2), (1, 1, 1, 2),
+                   (1, 1, 2, 1), (1, 1, 1, 1)):
+        brw, bcw, wrt, wct = tiling
         tm, tn = brw * wrt * FRAG, bcw * wct * FRAG
         mp, np_ = padded(wl.M, tm), padded(wl.N, tn)
         waste = mp * np_ / (wl.M * wl.N)
         blocks = wl.batch * (mp // tm) * (np_ // tn)
-        key = (waste <= 1.25 and blocks >= facts["num_sms"], -waste, tm * tn)
+        cfg = _tc_config(space, wl, facts, tiling, mma)
+        if mma and not _launchable(space, cfg) and _launchable(space, {**cfg, "raster": 1}):
+            cfg["raster"] = 1  # a shape family's kernel launches row by row
+        fits = not mma or _launchable(space, cfg)
+        key = (fits, waste <= 1.25 and blocks >= facts["num_sms"], -waste, tm * tn)
         if best_key is None or key > best_key:
-            best, best_key = (brw, bcw, wrt, wct), key
-        if key[0]:
+            best, best_key = cfg, key
+        if key[0] and key[1]:
             break
-    brw, bcw, wrt, wct = best
-    tm, tn = brw * wrt * FRAG, bcw * wct * FRAG
+    cfg = best
+    if mma:
+        # A staged C tile (a padded shape, a subgraph task's epilogue) sits in static shared
+        # memory beside the pipeline: fewer stages where the two would not launch together.
+        while cfg["stages"] > 1 and space.violations(space.config_from_values(cfg)):
+            cfg["stages"] -= 1
+    return cfg
+
+
+def _launchable(space, cfg):
+    """Whether the space's rules take ``cfg`` at some pipeline depth up to its own."""
+    return any(not space.violations(space.config_from_values({**cfg, "stages": s}))
+               for s in range(cfg["stages"], 0, -1))
+
+
+def _tc_config(space, wl, facts, tiling, mma):
+    """The fallback's knobs for one warp tiling (brw, bcw, wrt, wct)."""
+    brw, bcw, wrt, wct = tiling
+    kf = mma_k(wl) if mma else FRAG
+    nbytes = facts["dtype_bytes"]
     chunk = max(1, (128 if mma else 64) // (kf * nbytes))
     while chunk > 1 and padded(wl.K, chunk * kf) > 1.125 * wl.K:  # little K padding
         chunk //= 2
@@ -56,6 +79,7 @@ def fallback_tc(space, wl, facts, *, mma):
         vec //= 2  # small tiles: fewer elements than threads x 16 bytes
     cfg = {"block_row_warps": brw, "block_col_warps": bcw, "warp_row_tiles": wrt,
            "warp_col_tiles": wct, "chunk": chunk, "vec": vec}
+    tm, tn = brw * wrt * FRAG, bcw * wct * FRAG
     if mma:
         cfg.update(stages=3, offset=16 // nbytes, raster=fallback_raster(wl, facts, tm, tn),
                    stage_c=0)
@@ -66,10 +90,6 @@ def fallback_tc(space, wl, facts, *, mma):
             cfg["split_k"] = 1
         if wl.out_dtype == "float16":
             cfg["stage_c"] = _fallback_stage_c(space, cfg)
-        # A staged C tile (a padded shape, a subgraph task's epilogue) sits in static shared
-        # memory beside the pipeline: fewer stages where the two would not launch together.
-        while cfg["stages"] > 1 and space.violations(space.config_from_values(cfg)):
-            cfg["stages"] -= 1
     else:
         cfg.update(offset=8 if nbytes == 2 else 0, offsetCS=4 if wl.out_dtype != "float16" else 8,
                    wmma_m=16)

@@ -249,7 +249,8 @@ def _template(op):
         compute=_compute, schedule=_schedule,
         fallback=lambda space, wl, facts: fallback_tc(space, wl, facts, mma=True),
         check=check_tc, dtypes=("float16", "int8"),
-        priority=3, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG)
+        priority=3, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG, symbolic=True,
+        granular=True, acc_dtype=mma_acc_dtype)
 
 
 DENSE_MMA = _template("dense")
