@@ -540,7 +540,8 @@ def describe_library(lib: Library) -> List[str]:
         k = lib.kernels[idx]
         runs = "generic: kernel set aside" if idx in lib.set_aside else f"kernel {idx}"
         lines.append(f"  {Bucket(bounds, [], 0, k.rep).describe():<34} -> {runs} "
-                     f"({k.template}, tuned at {'x'.join(map(str, k.rep))})")
+                     f"({k.template}, {'tuned' if k.tuned else 'fallback'} at "
+                     f"{'x'.join(map(str, k.rep))})")
     g = lib.generic
     lines.append(f"  {'any other shape':<34} -> generic ({g.template}, "
                  f"{'tuned' if g.tuned else 'fallback'} config for "
@@ -688,6 +689,17 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
             if r.task_name != t.name:
                 continue
             k = LibKernel(t.name, shape, r.config.to_json_dict(), True, r.result.mean)
+            key = (shape, json.dumps(k.config["entity"], sort_keys=True))
+            if key not in seen:
+                seen.add(key)
+                cands.append(k)
+    # And each representative's fallback in the family's space (the proposer's first for the
+    # kernel that runs), which a few trials of a space this large may not have reached.
+    if cands:
+        for shape in reps:
+            task = Task(family.workload(shape), target, template=t.name, symbolic=True,
+                        granules=family_granules(family, t.name))
+            k = LibKernel(t.name, shape, task.fallback_config().to_json_dict(), tuned=False)
             key = (shape, json.dumps(k.config["entity"], sort_keys=True))
             if key not in seen:
                 seen.add(key)

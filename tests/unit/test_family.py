@@ -216,7 +216,8 @@ def test_tune_family_writes_records_and_one_library_line(tuned):
     tuned_keys = {r.workload.key() for r in records}
     assert tuned_keys == {fam.workload(s).key() for s in report.tuned}
     assert 1 <= len(library.kernels) <= 2 and len(library.routes) == len(report.buckets)
-    assert all(k.tuned and k.rep in report.tuned for k in library.kernels)
+    # Each kernel is a tuned config of a representative, or its fallback (also a candidate).
+    assert all(k.rep in report.tuned and (k.tuned or k.cost is None) for k in library.kernels)
     assert len(report.curve) == len(library.kernels)
     assert report.lines()[0].startswith(f"{len(report.buckets)} buckets")
 
