@@ -90,9 +90,10 @@ def fallback_raster(wl, facts, tm, tn):
 
 def pad_to_tiles(sch, block, tiles):
     """Pad the matmul block's (M, N, K) loops up to multiples of ``tiles`` (pad_einsum; the
-    batch loops are left alone) where an extent is not a constant multiple of its tile: an
-    unaligned shape, or a symbolic extent (the kernels of a shape family). An aligned static
-    shape is left as it is, so its kernel does not change. Returns whether it padded."""
+    batch loops are left alone) where an extent is not provably a multiple of its tile: an
+    unaligned shape, or a symbolic extent (the kernels of a shape family; ``64 * t`` is a
+    multiple of 64). An aligned shape is left as it is, so its kernel does not change. Returns
+    whether it padded."""
     from tvm import sym, tirx  # noqa: PLC0415
 
     loops = sch.get_loops(block)
