@@ -290,6 +290,8 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te, tirx  # noqa: PLC0415
 
+    from .ops.common import matmul_compute  # noqa: PLC0415
+
     granules = family_granules(family, kernel.template if granular else None)
     task = Task(family.workload(kernel.rep), target, template=kernel.template, symbolic=True,
                 granules=granules)
@@ -298,7 +300,9 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
              for a in family.varying}
     sizes = {a: v * granules[a] if granules[a] > 1 else v for a, v in vars_.items()}
     A, B = _placeholders(family, sizes)
-    tensors = _operand_compute(task.template, task.workload, A, B)
+    # Accumulated as the template accumulates (mma: f16 products in f32, cast at the end).
+    acc = task.template.acc_dtype(task.workload) if task.template.acc_dtype else None
+    tensors = matmul_compute(task.workload, A, B, acc=acc)
     if task.template.prepare is not None:
         task.template.prepare()
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
@@ -316,20 +320,6 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
         return symbolic_func(family, kernel, target, granular=False)
     return (task.launch(sch.mod["main"]), task,
             [(vars_[a], granules[a]) for a in family.varying])
-
-
-def _operand_compute(template, wl, A, B):
-    """The plain matmul on the family's operands, accumulated as the template accumulates
-    (mma: f16 products in f32, cast once at the write-back, as its own compute does)."""
-    from tvm import te  # noqa: PLC0415
-
-    from .ops.common import CAST_BLOCK, matmul_compute  # noqa: PLC0415
-
-    acc = template.acc_dtype(wl) if template.acc_dtype is not None else wl.out_dtype
-    if acc == wl.out_dtype:
-        return matmul_compute(wl, A, B)
-    _, _, c = matmul_compute(wl.with_(out_dtype=acc), A, B)
-    return [A, B, te.compute(c.shape, lambda *i: c(*i).astype(wl.out_dtype), name=CAST_BLOCK)]
 
 
 def config_of(task: Task, kernel: LibKernel) -> ConfigEntity:
@@ -426,11 +416,11 @@ class FamilyModule:
     def kernel_for(self, shape: Sequence[int]) -> int:
         """Index of the kernel the dispatcher runs for a shape (len(kernels): generic)."""
         shape = tuple(shape) if len(shape) == 4 else (1, *shape)
-        fam = self.library.family
+        granules = family_granules(self.library.family, self.library.generic.template)
+        on_grid = all(shape[AXES.index(a)] % g == 0 for a, g in granules.items())
         for bounds, idx in self.library.routes:
-            if all(lo <= shape[AXES.index(a)] <= hi for a, (lo, hi) in bounds.items()) and \
-                    all(shape[AXES.index(a)] % g == 0 for a, g in
-                        family_granules(fam, self.library.generic.template).items()):
+            if on_grid and all(lo <= shape[AXES.index(a)] <= hi
+                               for a, (lo, hi) in bounds.items()):
                 return len(self.library.kernels) if idx in self.library.set_aside else idx
         return len(self.library.kernels)
 
@@ -666,12 +656,13 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
         f"{trials} trials each ({t.name})")
     start = time.time()
     measurer = make_measurer(target, measure_options)
+    # Tuned in the space of the kernel that will run: symbolic extents (whose rules can
+    # differ: a tensor-core kernel of symbolic extents stages its C tile where it pads).
+    rep_tasks = {shape: Task(family.workload(shape), target, template=t.name, symbolic=True,
+                             granules=family_granules(family, t.name)) for shape in reps}
     try:
         for i, shape in enumerate(reps):
-            # Tuned in the space of the kernel that will run: symbolic extents (whose rules
-            # can differ: a tensor-core kernel of symbolic extents stages its C tile).
-            task = Task(family.workload(shape), target, template=t.name, symbolic=True,
-                        granules=family_granules(family, t.name))
+            task = rep_tasks[shape]
             s = tune_task(task, log, trials=trials, tuner=tuner, seed=seed + i, resume=True,
                           transfer=[log], measurer=measurer)
             say(f"  {task.workload}: best {s.best_cost * 1e3:.3f} ms "
@@ -696,9 +687,7 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     # And each representative's fallback in the family's space (the proposer's first for the
     # kernel that runs), which a few trials of a space this large may not have reached.
     if cands:
-        for shape in reps:
-            task = Task(family.workload(shape), target, template=t.name, symbolic=True,
-                        granules=family_granules(family, t.name))
+        for shape, task in rep_tasks.items():
             k = LibKernel(t.name, shape, task.fallback_config().to_json_dict(), tuned=False)
             key = (shape, json.dumps(k.config["entity"], sort_keys=True))
             if key not in seen:

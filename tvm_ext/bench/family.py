@@ -228,9 +228,9 @@ def main(argv=None) -> int:
         if log.exists():
             log.unlink()
         t0 = time.time()
-        library, report = F.tune_family(fam, target, log, trials=args.trials,
-                                        max_kernels=args.max_kernels, tuner=args.tuner,
-                                        progress=print)
+        _, report = F.tune_family(fam, target, log, trials=args.trials,
+                                  max_kernels=args.max_kernels, tuner=args.tuner,
+                                  progress=print)
         family_s = spent.set("family", time.time() - t0)
         for line in report.lines():
             print(line)

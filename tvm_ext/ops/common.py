@@ -19,12 +19,18 @@ SPLIT_SUM_BLOCK = "C_sum"
 OWN_CONSUMERS = (CROP_BLOCK, CAST_BLOCK, SPLIT_SUM_BLOCK)
 
 
-def matmul_compute(wl, A=None, B=None):
+def matmul_compute(wl, A=None, B=None, acc=None):
     """TE tensors [A, B, C] of the plain matmul (given A and B tensors, or placeholders);
-    accumulation in out_dtype. Also the compute of MetaSchedule's and Relax's form of every
-    template: sizes are taken from A and B, so int64-shaped tensors (Relax) give the same
+    accumulation in out_dtype, or in ``acc`` and then cast to out_dtype by block "C_cast" (the
+    mma templates' f16 products in f32). Also the compute of MetaSchedule's and Relax's form of
+    every template: sizes are taken from A and B, so int64-shaped tensors (Relax) give the same
     PrimFunc as ``call_te`` does."""
     from tvm import te  # noqa: PLC0415
+
+    if acc is not None and acc != wl.out_dtype:
+        A, B, C = matmul_compute(wl.with_(out_dtype=acc), A, B)
+        return [A, B, te.compute(C.shape, lambda *i: C(*i).astype(wl.out_dtype),
+                                 name=CAST_BLOCK)]
 
     batched = wl.op != "dense"
     A = A if A is not None else te.placeholder(wl.a_shape, wl.dtype, name="A")

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...template import ScheduleTemplate
-from ..common import CAST_BLOCK, MATMUL_BLOCK, SPLIT_SUM_BLOCK, matmul_compute
+from ..common import MATMUL_BLOCK, SPLIT_SUM_BLOCK, matmul_compute
 from . import intrin
 from .fallback import check_tc, fallback_tc
 from .tiling import (FRAG, WarpTiling, copy_vec, fragments, has_block, has_epilogue,
@@ -74,15 +74,10 @@ def mma_compute(wl, split_k=1):
     (dense only) the K range is cut in ``split_k`` slices: block "C" computes the partial
     products P[s, M, N] of each slice (accumulator dtype, a global buffer; the slice is one more
     grid dimension), and block "C_sum" adds the slices and casts, a second small kernel."""
-    from tvm import te  # noqa: PLC0415
     acc = mma_acc_dtype(wl)
     if split_k > 1:
         return _split_k_compute(wl, split_k, acc)
-    if acc == wl.out_dtype:
-        return matmul_compute(wl)
-    a, b, c = matmul_compute(wl.with_(out_dtype=acc))
-    out = te.compute(c.shape, lambda *i: c(*i).astype(wl.out_dtype), name=CAST_BLOCK)
-    return [a, b, out]
+    return matmul_compute(wl, acc=acc)
 
 
 def _split_k_compute(wl, split, acc):
