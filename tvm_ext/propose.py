@@ -377,7 +377,8 @@ def _tensor_rate(f, nb: int) -> float:
 
 
 def _out_bytes(f) -> int:
-    return {"float16": 2, "int8": 1, "float64": 8}.get(f.get("out_dtype", "float32"), 4)
+    return {"float16": 2, "bfloat16": 2, "int8": 1, "float64": 8}.get(
+        f.get("out_dtype", "float32"), 4)
 
 
 def _wgmma(v, f) -> float:

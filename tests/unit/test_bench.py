@@ -95,3 +95,23 @@ def test_family_bench_tied_family_and_resume(tmp_path, capsys):
     assert json.loads((tmp_path / "tuning_seconds.json").read_text()) == spent
     with pytest.raises(SystemExit):
         family_main(["--resume"])
+
+
+def test_gpu_suite_bf16_rows_take_their_f16_twins_record():
+    """Each bf16 row of the GPU suite has an f16 twin of the same shape and layout, and the
+    shipped sm_90 log's record of that twin builds as a bf16 kernel of the same template and
+    knobs (the bench's "f16 record" row); an f16 workload has no such row."""
+    from tvm_ext.bench.gpu import GPU_SUITE, f16_record_config
+    from tvm_ext.target import cuda_target
+    target = cuda_target("sm_90", "h100")
+    bf16 = {k: wl for k, wl in GPU_SUITE.items() if wl.dtype == "bfloat16"}
+    assert len(bf16) == 4
+    for key, wl in bf16.items():
+        twin = GPU_SUITE[key.replace("bf16", "f16")]
+        assert (twin.op, twin.batch, twin.M, twin.N, twin.K, twin.layout) == \
+            (wl.op, wl.batch, wl.M, wl.N, wl.K, wl.layout)
+        task, config = f16_record_config(wl, target, ["logs/cuda_sm90.json"])
+        assert task.workload == wl and task.space.is_valid(config)
+        assert task.name.endswith("_wgmma.cuda")
+    assert f16_record_config(GPU_SUITE["mm1024_f16"], target, ["logs/cuda_sm90.json"]) is None
+    assert f16_record_config(bf16["mm1024_bf16"], target, []) is None

@@ -2,6 +2,7 @@
 under a tuned log, per workload, in one process; and the replay check of each tuned record."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import List, Optional
 
@@ -12,8 +13,12 @@ from ..workload import Workload
 from .common import Row, median_ms
 
 
-def _f16(op, shape, layout="NT"):
-    return Workload.create(op, shape, "float16", "float16", layout=layout)
+def _f16(op, shape, layout="NT", dtype="float16"):
+    return Workload.create(op, shape, dtype, dtype, layout=layout)
+
+
+def _bf16(op, shape, layout="NT"):
+    return _f16(op, shape, layout, "bfloat16")
 
 
 # The GPU suite of the CUDA-core templates (cuBLAS through torch, TF32 off for float32).
@@ -35,7 +40,36 @@ GPU_SUITE = {
     "mm8192_f16_nt": _f16("dense", (8192, 8192, 8192)),
     "mm8192_f16_nn": _f16("dense", (8192, 8192, 8192), layout="NN"),
     "attn_f16": _f16("batch_matmul", (256, 1024, 1024, 128)),
+    # bf16 twins of four f16 rows (bf16 -> bf16 as torch.matmul; f32 accumulation). Without a
+    # bf16 record of their own they also run the f16 twin's tuned config ("f16 record"), so
+    # bf16 and f16 compare kernel for kernel.
+    "mm1024_bf16": _bf16("dense", (1024, 1024, 1024)),
+    "mm8192_bf16_nt": _bf16("dense", (8192, 8192, 8192)),
+    "mm8192_bf16_nn": _bf16("dense", (8192, 8192, 8192), layout="NN"),
+    "attn_bf16": _bf16("batch_matmul", (256, 1024, 1024, 128)),
 }
+
+
+def f16_record_config(wl, target, logs):
+    """(task, config) of the tuned record of the f16 twin of a bf16 workload (same shape,
+    layout, an f16 output where the bf16 one is bf16), built as a bf16 kernel of the same
+    template and knobs; None without such a record or where the template takes no bf16."""
+    from ..dispatch import apply_history_best, choose  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
+    if wl.dtype != "bfloat16":
+        return None
+    twin = dataclasses.replace(wl, dtype="float16", out_dtype="float16"
+                               if wl.out_dtype == "bfloat16" else wl.out_dtype)
+    with apply_history_best(logs):
+        _, choice = choose(twin, target)
+    if not choice.tuned:
+        return None
+    try:
+        task = Task(wl, target, template=choice.template)
+        config = task.space.config_from_values(choice.config.values_dict())
+    except Exception:  # noqa: BLE001  (a template without bf16: no such row)
+        return None
+    return (task, config) if task.space.is_valid(config) else None
 
 
 def dlight_kernel(wl, target):
@@ -78,7 +112,11 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
     for name, wl in suite.items():
         task = Task(wl, target)
         a, b = random_inputs(wl, rng)
-        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        if wl.dtype == "bfloat16":  # torch takes no ml_dtypes array: exact through f32
+            ta, tb = (torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16).cuda()
+                      for x in (a, b))
+        else:
+            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
         b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
         if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
@@ -110,9 +148,13 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
         with apply_history_best(logs):
             task_t, choice = choose(wl, target)
         tuned_label = "tuned" if choice.tuned else "untuned"
-        for label, build in (("dlight", lambda: dlight_kernel(wl, target)),
-                             ("fallback", lambda: task.build(task.fallback_config())),
-                             (tuned_label, lambda: task_t.build(choice.config))):
+        builds = [("dlight", lambda: dlight_kernel(wl, target)),
+                  ("fallback", lambda: task.build(task.fallback_config())),
+                  (tuned_label, lambda: task_t.build(choice.config))]
+        twin = None if choice.tuned else f16_record_config(wl, target, logs)
+        if twin is not None:
+            builds.append(("f16 record", lambda: twin[0].build(twin[1])))
+        for label, build in builds:
             launch = checked(label, build)
             if launch is not None:
                 launches[label] = launch
@@ -123,16 +165,16 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
                 samples[label].append(smp.sample())
         del samplers
         res = {label: median_ms(s) for label, s in samples.items()}
-        for label in ("dlight", "fallback", tuned_label):
+        for label, _ in builds:
             if label in failed:
                 res[label] = (float("nan") if failed[label] != "wrong answer" else float("inf"),
                               failed[label])
             print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]})", flush=True)
             rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],
-                            choice.template))
-        if choice.tuned and tuned_label not in failed:
-            rows[-1].recorded_ms = choice.record_cost * 1e3
-            rows[-1].replay_ms = replay_record(task_t, choice.config)
+                            twin[0].name if label == "f16 record" else choice.template))
+            if label == "tuned" and label not in failed:
+                rows[-1].recorded_ms = choice.record_cost * 1e3
+                rows[-1].replay_ms = replay_record(task_t, choice.config)
     return rows
 
 

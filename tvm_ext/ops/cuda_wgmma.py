@@ -42,9 +42,10 @@ PTX's wgmma needs the arch-specific target ``sm_90a``. A kernel of this template
 task's target, with arch sm_90a, as its own ``target`` attribute, so it builds in a module
 for sm_90 too, and CUDA compiles it for sm_90a.
 
-Scope: the 4 layouts, f16 inputs, f16 or f32 output, M, N and K multiples of the block tile
-(the space's rule; ``check`` asks for multiples of 64). Other workloads (int8, unaligned
-shapes, other GPUs) keep the mma.sync template.
+Scope: the 4 layouts, f16 or bf16 inputs (wgmma's .f16 / .bf16 operands: the same 2-byte
+tiles, swizzle and descriptors), an output of the input's dtype or f32, M, N and K multiples
+of the block tile (the space's rule; ``check`` asks for multiples of 64). Other workloads
+(int8, unaligned shapes, other GPUs) keep the mma.sync template.
 """
 from __future__ import annotations
 
@@ -98,11 +99,13 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
     chunks_a, chunks_b = a_elems // 8, b_elems // 8  # 16-byte chunks of a tile
     n_acc = BN // 2
     out = wl.out_dtype
-    out_vec = 16 // (2 if out == "float16" else 4)
+    ind = wl.dtype  # float16 or bfloat16: the same kernel, wgmma's .f16 or .bf16 operands
+    out_vec = 16 // (2 if out in ("float16", "bfloat16") else 4)
     c_pad = out_vec  # 16 bytes a row: the 8 rows a warp writes start 4 banks apart
     staged = bool(stage_c)
     trans_a, trans_b = int(wl.transpose_a), int(not wl.transpose_b)  # wgmma's: 1 = MN-major
-    mma = getattr(T.ptx.wgmma.mma_async.sync.aligned, f"m64n{BN}k16").f32.f16.f16
+    shape = getattr(T.ptx.wgmma.mma_async.sync.aligned, f"m64n{BN}k16").f32
+    mma = shape.bf16.bf16 if ind == "bfloat16" else shape.f16.f16
     lead = (batch,) if wl.op == "batch_matmul" else ()
     a_shape = lead + ((K, M) if wl.transpose_a else (M, K))
     b_shape = lead + ((N, K) if wl.transpose_b else (K, N))
@@ -163,13 +166,13 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
                 T.address_of(B[gidx(bz, b_km, bn * BN + r, kt * BK + k)]), 16)
 
     @T.prim_func
-    def kernel(A: T.Buffer(a_shape, "float16"), B: T.Buffer(b_shape, "float16"),
+    def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
                C: T.Buffer(c_shape, out)):
         T.func_attr(attrs)
         pid = T.launch_thread("blockIdx.x", nbm * nbn)
         bz = T.launch_thread("blockIdx.z", batch)
         tx = T.launch_thread("threadIdx.x", threads)
-        smem = T.alloc_buffer((S * (a_elems + b_elems),), "float16", scope="shared.dyn")
+        smem = T.alloc_buffer((S * (a_elems + b_elems),), ind, scope="shared.dyn")
         acc = T.alloc_buffer((n_acc,), "float32", scope="local")
         da = T.alloc_buffer((1,), "uint64", scope="local")
         db = T.alloc_buffer((1,), "uint64", scope="local")
@@ -263,7 +266,7 @@ def fallback_wgmma(space, wl, facts):
 def _template(op):
     return KernelTemplate(
         name=f"{op}_wgmma.cuda", op=op, target_kind="cuda", kernel=kernel_from_config,
-        fallback=fallback_wgmma, check=check_wgmma, dtypes=("float16",), priority=4)
+        fallback=fallback_wgmma, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=4)
 
 
 DENSE_WGMMA = _template("dense")

@@ -4,7 +4,8 @@ from __future__ import annotations
 from ..common import fallback_raster, padded
 from .tiling import FRAG, mma_k
 
-_TC_DTYPES = {"float16": ("float32", "float16"), "int8": ("int32",)}
+_TC_DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32", "bfloat16"),
+              "int8": ("int32",)}
 
 
 
@@ -14,7 +15,7 @@ def check_tc(wl, facts, kf=None):
         return f"needs sm_80 or newer (target is sm_{facts.get('sm')})"
     outs = _TC_DTYPES.get(wl.dtype)
     if outs is None:
-        return f"dtype {wl.dtype} (tensor cores here: float16, int8)"
+        return f"dtype {wl.dtype} (tensor cores here: {', '.join(_TC_DTYPES)})"
     if wl.out_dtype not in outs:
         return f"{wl.dtype} -> {wl.out_dtype} (supported: {', '.join(outs)})"
     kf = kf or mma_k(wl)
@@ -88,7 +89,7 @@ def _tc_config(space, wl, facts, tiling, mma):
             # small-grid shapes (512 x {16,32,64} x 512, 16 x 4096 x 4096, 1024^3). The split
             # that wins on 16 x 4096 x 4096 (4 slices) has smaller tiles, found by tuning.
             cfg["split_k"] = 1
-        if wl.out_dtype == "float16":
+        if wl.out_dtype in ("float16", "bfloat16"):
             cfg["stage_c"] = _fallback_stage_c(space, cfg)
     else:
         cfg.update(offset=8 if nbytes == 2 else 0, offsetCS=4 if wl.out_dtype != "float16" else 8,

@@ -13,7 +13,9 @@ Same grid / warp / fragment tiling as the wmma template, on the PTX-level instru
 - accumulators straight to global when the shape is aligned (``stage_c`` = 0); a padded shape,
   or stage_c = 1, goes through a C tile in shared memory, written out (cropped, cast) by all
   threads with 16-byte reads of the tile;
-- f16 -> f16 accumulates in f32 (as cuBLAS does) and casts at the write-back;
+- f16 -> f16 accumulates in f32 (as cuBLAS does) and casts at the write-back; bf16 inputs
+  (bf16 or f32 output) run the same kernel on bf16 ldmatrix / mma.sync intrinsics of our own
+  (TVM 0.27 registers f16 and int8 ones only), always accumulating in f32;
 - ``raster`` groups the launch order of the blocks for L2 reuse.
 One mma tile is 16 x 16 x 16 (f16) or 16 x 16 x 32 (int8): two m16n8k16 / m16n8k32 instructions.
 
@@ -65,7 +67,7 @@ def _ldmatrix_map(I, rows, cols):
 def mma_acc_dtype(wl):
     """The mma template accumulates f16 products in f32 also for an f16 output (cast once, at
     the write-back), as cuBLAS does: f16 accumulation loses about log2(K) bits over long K."""
-    return "float32" if wl.dtype == "float16" else wl.out_dtype
+    return "float32" if wl.dtype in ("float16", "bfloat16") else wl.out_dtype
 
 
 def mma_compute(wl, split_k=1):
@@ -106,20 +108,28 @@ def _split_k_compute(wl, split, acc):
 
 
 def _mma_names(I, wl, acc, store_dtype, scope, c_scope, a_trans):
-    short = {"float16": "f16", "float32": "f32", "int8": "i8", "int32": "i32"}
+    short = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int8": "i8",
+             "int32": "i32"}
     ind, outd = short[wl.dtype], short[acc]
     dyn = "_dyn" if scope == "shared.dyn" else ""
     ta = "_trans" if a_trans else ""
     tb = "_trans" if wl.transpose_b else ""
     load_a = f"mma_ldmatrix_{ind}_a{ta}{dyn}"
     load_b = f"mma_ldmatrix_{ind}_b{tb}{dyn}"
+    compute = f"mma_{ind}{ind}{outd}" + ("_trans_a" if a_trans else "") + \
+        ("_trans_b" if wl.transpose_b else "")
+    if wl.dtype == "bfloat16":  # TVM registers no bf16 mma intrinsics: ours
+        load_a = intrin.register_once("tvm_ext_" + load_a, lambda: intrin.ldmatrix_bf16(
+            "A", a_trans, scope))
+        load_b = intrin.register_once("tvm_ext_" + load_b, lambda: intrin.ldmatrix_bf16(
+            "B", wl.transpose_b, scope))
+        compute = intrin.register_once("tvm_ext_" + compute, lambda: intrin.mma_bf16(
+            a_trans, wl.transpose_b))
     if wl.dtype == "int8" and dyn:  # TVM registers the int8 loads for static shared only
         load_a = intrin.register_once("tvm_ext_" + load_a, lambda: I.get_ldmatrix_intrin(
             32, "int8", "A", False, scope))
         load_b = intrin.register_once("tvm_ext_" + load_b, lambda: I.get_ldmatrix_intrin(
             32, "int8", "B", wl.transpose_b, scope))
-    compute = f"mma_{ind}{ind}{outd}" + ("_trans_a" if a_trans else "") + \
-        ("_trans_b" if wl.transpose_b else "")
     fill = f"mma_fill_16x16_{outd}"
     # TVM registers the stores to global; ours for the static shared C tile, and for a store
     # to global that casts.
@@ -243,7 +253,7 @@ def _template(op):
         name=f"{op}_mma.cuda", op=op, target_kind="cuda",
         compute=_compute, schedule=_schedule,
         fallback=lambda space, wl, facts: fallback_tc(space, wl, facts, mma=True),
-        check=check_tc, dtypes=("float16", "int8"),
+        check=check_tc, dtypes=("float16", "bfloat16", "int8"),
         priority=3, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG, symbolic=True,
         granular=True, acc_dtype=mma_acc_dtype)
 
