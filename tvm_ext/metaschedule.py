@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+import numpy as np
 import tvm
 
 from .errors import TemplateError
@@ -102,6 +103,43 @@ def tune(task: Task, *, trials: int, work_dir: str, seed: int = 0, num_trials_pe
         builder=ms.builder.LocalBuilder(f_build=_fast_build),
         runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
             number=3, repeat=1, min_repeat_ms=20)), num_tuning_cores=1, seed=seed)
+
+
+def tune_default(wl: Workload, target, *, trials: int, work_dir: str, seed: int = 0,
+                 num_trials_per_iter: int = 16):
+    """MetaSchedule on its own, as a TVM user runs it without tvm_ext: ``ms.tune_tir`` on the
+    plain matmul with MetaSchedule's default design space for the target (its schedule rules),
+    evolutionary search and XGB cost model, ``trials`` measured candidates. Returns (the best
+    kernel compiled, its measured seconds). A ``work_dir`` that already holds a finished run of
+    at least ``trials`` (``tvm_ext_done.json``) is reused without tuning."""
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+    target = parse_target(target)
+    mod = plain_module(wl)
+    done = os.path.join(work_dir, "tvm_ext_done.json")
+    finished = None
+    if os.path.exists(done):
+        with open(done) as f:
+            finished = json.load(f)
+    if finished and finished.get("trials", 0) >= trials and \
+            finished.get("workload") == str(wl) and finished.get("target") == target_str(target):
+        db = ms.database.JSONDatabase(work_dir=work_dir)
+    else:
+        db = ms.tune_tir(
+            mod, target, work_dir=work_dir, max_trials_global=trials,
+            num_trials_per_iter=min(num_trials_per_iter, trials),
+            builder=ms.builder.LocalBuilder(f_build=_fast_build),
+            runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+                number=3, repeat=1, min_repeat_ms=20)), seed=seed)
+        with open(done, "w") as f:
+            json.dump({"trials": trials, "workload": str(wl), "target": target_str(target)}, f)
+    sch = ms.tir_integration.compile_tir(db, mod, target)
+    if sch is None:
+        raise TemplateError(f"MetaSchedule found no valid schedule for {wl} in {work_dir}")
+    best = db.get_top_k(db.commit_workload(mod), 1)
+    secs = float(np.mean([float(x) for x in best[0].run_secs])) if best else float("nan")
+    return tvm.compile(sch.mod, target=target), secs
 
 
 def export_records(records: List[Record], work_dir: str, target) -> int:

@@ -86,3 +86,30 @@ def test_strategy_falls_back_to_tvm_for_other_matmuls(shapes):
         bb.emit_func_output(out)
     legalized = tr.legalize_as_strategy(bb.get())
     assert "tvm_ext_matmul" not in [gv.name_hint for gv in legalized.functions]
+
+
+def test_tune_default_is_metaschedule_on_its_own_and_reuses_a_finished_run(tmp_path):
+    """The bench's MetaSchedule column: ``ms.tune_tir`` with MetaSchedule's default design
+    space on the plain matmul; the kernel it picks computes the matmul, and a second call on
+    the same work folder compiles the recorded best without tuning again (fewer trials asked
+    reuse it too; another workload does not)."""
+    import json
+    import time
+    wl = Workload.create("dense", (8, 32, 16), layout="NT")
+    target = host_cpu_target()
+    ex, secs = tms.tune_default(wl, target, trials=2, work_dir=str(tmp_path))
+    assert secs > 0
+    done = json.loads((tmp_path / "tvm_ext_done.json").read_text())
+    assert done["trials"] == 2 and done["workload"] == str(wl)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, wl.a_shape).astype("float32")
+    b = rng.uniform(-1, 1, wl.b_shape).astype("float32")
+    dev = tvm.cpu()
+    out = tvm.runtime.empty(wl.out_shape, "float32", dev)
+    ex.mod["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), out)
+    np.testing.assert_allclose(out.numpy(), a @ b.T, rtol=1e-4, atol=1e-4)
+    records = (tmp_path / "database_tuning_record.json").read_text()
+    start = time.time()
+    _, again = tms.tune_default(wl, target, trials=1, work_dir=str(tmp_path))
+    assert again == secs and time.time() - start < 10
+    assert (tmp_path / "database_tuning_record.json").read_text() == records

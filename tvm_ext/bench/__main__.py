@@ -3,6 +3,8 @@
     python -m tvm_ext.bench --suite cpu                      # shipped log logs/llvm_x86.json
     python -m tvm_ext.bench --suite cpu --tune 64 --log my.json   # tune first, then measure
     python -m tvm_ext.bench --suite cpu --quick              # tiny shapes (CI smoke run)
+    python -m tvm_ext.bench --suite cpu --tune 64 --tuner xgb --log my.json --metaschedule 64
+                         # ours and MetaSchedule's own search, 64 trials each, against numpy
 
 CPU: numpy (``np.matmul``, whatever BLAS numpy was built with) vs tvm_ext's kernel built under
 ``apply_history_best(log)``. Each side: one warm-up, then ``--repeat`` timed runs; the median is
@@ -41,14 +43,14 @@ from .gpu import GPU_SUITE
 PROG = "tvm_ext.bench"
 
 
-def tune_suite(suite, target, *, log: str, trials: int, seed: int = 0):
-    """``--tune N``: each workload of ``suite`` tuned for ``trials`` random configs into ``log``
-    (in-process measurement) before the suite applies that log."""
+def tune_suite(suite, target, *, log: str, trials: int, seed: int = 0, tuner: str = "random"):
+    """``--tune N``: each workload of ``suite`` tuned for ``trials`` configs of ``tuner`` into
+    ``log`` (in-process measurement) before the suite applies that log."""
     from ..measure import LocalMeasurer  # noqa: PLC0415
     from ..session import tune_task  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     for name, wl in suite.items():
-        s = tune_task(Task(wl, target), log, trials=trials, tuner="random", seed=seed,
+        s = tune_task(Task(wl, target), log, trials=trials, tuner=tuner, seed=seed,
                       measurer=LocalMeasurer())
         print(f"tuned {name}: {wl}: {s.trials} trials, best {s.best_gflops:.1f} GFLOP/s "
               f"({s.elapsed:.0f}s)", flush=True)
@@ -67,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
                                  "measurement of the space, tvm_ext_logs/space_4x256.json)")
     p.add_argument("--tune", type=int, default=0, metavar="N",
                    help="tune each workload for N trials into --log first")
+    p.add_argument("--tuner", default="random",
+                   help="--tune's tuner (default random; xgb, ga, grid, topk)")
+    p.add_argument("--metaschedule", type=int, default=0, metavar="N",
+                   help="cpu suite: also MetaSchedule's own tuning of each workload, N trials "
+                        "(its default design space and search; a column of the table)")
+    p.add_argument("--ms-workdir", default="tvm_ext_logs/metaschedule_cpu",
+                   help="--metaschedule's work folder (a finished run there is reused)")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="tiny shapes (a smoke run)")
     p.add_argument("--timing", choices=("graph", "eager"), default="graph",
@@ -116,13 +125,14 @@ def main(argv=None) -> int:
             log = args.log or str(data_dir("logs") / "llvm_x86.json")
             target = host_cpu_target()
         if args.tune:
-            tune_suite(suite, target, log=log, trials=args.tune)
+            tune_suite(suite, target, log=log, trials=args.tune, tuner=args.tuner)
         if args.suite == "gpu":
             from .gpu import run_gpu  # noqa: PLC0415
             rows = run_gpu(suite, log=log, repeat=args.repeat, timing=args.timing)
         else:
             from .cpu import run_cpu  # noqa: PLC0415
-            rows = run_cpu(suite, log=log, repeat=args.repeat)
+            rows = run_cpu(suite, log=log, repeat=args.repeat, metaschedule=args.metaschedule,
+                           ms_workdir=args.ms_workdir)
     except TvmExtError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 2

@@ -26,6 +26,8 @@ class Row:
     # CPU rows: the reference's best sample, and the template's untuned kernel (tuned rows).
     ref_best_ms: Optional[float] = None
     fallback_ms: Optional[float] = None
+    # CPU rows with --metaschedule N: MetaSchedule's own tuning of the same workload.
+    ms_ms: Optional[float] = None
 
     @property
     def ratio(self) -> float:
@@ -78,6 +80,9 @@ def print_table(rows: List[Row], *, ref_name: str):
             extra += f"; vs {ref_name}'s best sample {r.ref_best_ms / r.ours_ms:.2f}"
         if r.fallback_ms is not None:
             extra += f"; tuned/fallback {r.fallback_ms / r.ours_ms:.2f}x"
+        if r.ms_ms is not None:
+            extra += (f"; MetaSchedule {r.ms_ms:.4g} ms "
+                      f"(MetaSchedule / ours {r.ms_ms / r.ours_ms:.2f})")
         print(f"{r.name:<58} {r.ref_ms:>10.4g} {r.ours_ms:>11.4g} {r.ratio:>6.2f} {gf:>8.1f}  "
               f"{r.ref_spread} | {r.ours_spread} ({r.tuned}){extra}")
     replays = [r for r in rows if r.replay_ms]

@@ -5,6 +5,7 @@ the table shows numpy's median and its best sample, and for tuned rows the templ
 from __future__ import annotations
 
 import os
+import time
 from typing import List, Optional
 
 import numpy as np
@@ -52,9 +53,27 @@ def exp_kernel(shape, target):
     return tvm.compile(sch.mod, target=target)
 
 
-def run_cpu(suite, *, log: Optional[str], repeat: int) -> List[Row]:
+def metaschedule_kernels(suite, target, *, trials: int, work_dir: str):
+    """{name: kernel}: each workload of ``suite`` tuned by MetaSchedule on its own (its default
+    design space and search, ``trials`` measured candidates; ``tvm_ext.metaschedule.
+    tune_default``), in ``work_dir/<name>``; a finished run there is reused."""
+    from ..metaschedule import tune_default  # noqa: PLC0415
+    out = {}
+    for name, wl in suite.items():
+        start = time.time()
+        ex, secs = tune_default(wl, target, trials=trials, work_dir=os.path.join(work_dir, name))
+        print(f"MetaSchedule {name}: {wl}: best {secs * 1e3:.4f} ms as measured by its runner "
+              f"({time.time() - start:.0f} s)", flush=True)
+        out[name] = ex.mod["main"]
+    return out
+
+
+def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
+            ms_workdir: str = "tvm_ext_logs/metaschedule_cpu") -> List[Row]:
     """One row per matmul of ``suite`` ("bmm", "dense") and one for the chain ("chain_mm1" ->
-    exp -> "chain_mm2"); each side one warm-up, then ``repeat`` samples."""
+    exp -> "chain_mm2"); each side one warm-up, then ``repeat`` samples. With
+    ``metaschedule`` = N > 0, MetaSchedule's own tuning (N trials per matmul) is a third
+    method of every row."""
     import tvm  # noqa: PLC0415
     from ..dispatch import apply_history_best, build  # noqa: PLC0415
     from ..measure.check import random_inputs  # noqa: PLC0415
@@ -70,6 +89,8 @@ def run_cpu(suite, *, log: Optional[str], repeat: int) -> List[Row]:
         for name, wl in suite.items():
             kernels[name] = build(wl, target)
     print(ctx.report)
+    ms = metaschedule_kernels(suite, target, trials=metaschedule, work_dir=ms_workdir) \
+        if metaschedule else {}
 
     def tvm_args(wl, a, b):
         return (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
@@ -84,6 +105,12 @@ def run_cpu(suite, *, log: Optional[str], repeat: int) -> List[Row]:
         k(*args)
         np.testing.assert_allclose(args[2].numpy(), np.matmul(a_mk, b_kn), rtol=1e-3, atol=1e-3)
         calls = {"numpy": lambda: np.matmul(a_mk, b_kn), "ours": lambda: k(*args)}
+        if name in ms:
+            ms_args = tvm_args(wl, a, b)
+            ms[name](*ms_args)
+            np.testing.assert_allclose(ms_args[2].numpy(), args[2].numpy(), rtol=1e-3,
+                                       atol=1e-3)
+            calls["MetaSchedule"] = lambda: ms[name](*ms_args)
         if k.choice.tuned:  # the untuned build of the same template, for the tuned/fallback
             fb = build_fallback(k.task)
             calls["fallback"] = lambda: fb(*args)
@@ -94,6 +121,8 @@ def run_cpu(suite, *, log: Optional[str], repeat: int) -> List[Row]:
         row.ref_best_ms = float(np.min(samples["numpy"])) * 1e3
         if "fallback" in samples:
             row.fallback_ms = median_ms(samples["fallback"])[0]
+        if "MetaSchedule" in samples:
+            row.ms_ms = median_ms(samples["MetaSchedule"])[0]
         rows.append(row)
 
     # The chain X . W1 -> exp -> . W2 (both matmuls tuned, exp a separate vectorised kernel).
@@ -115,12 +144,26 @@ def run_cpu(suite, *, log: Optional[str], repeat: int) -> List[Row]:
 
     chain()
     np.testing.assert_allclose(out.numpy(), np.exp(x @ m1) @ m2, rtol=1e-3, atol=1e-2)
-    samples = _in_turn({"numpy": lambda: np.exp(x @ m1) @ m2, "ours": chain}, repeat)
+    calls = {"numpy": lambda: np.exp(x @ m1) @ m2, "ours": chain}
+    if ms:
+        ms_out = tvm.runtime.empty((w2.M, w2.N), "float32", dev)
+
+        def ms_chain():
+            ms["chain_mm1"](tx, tm1, h)
+            fexp(h, e)
+            ms["chain_mm2"](e, tm2, ms_out)
+
+        ms_chain()
+        np.testing.assert_allclose(ms_out.numpy(), out.numpy(), rtol=1e-3, atol=1e-2)
+        calls["MetaSchedule"] = ms_chain
+    samples = _in_turn(calls, repeat)
     ref, ours = median_ms(samples["numpy"]), median_ms(samples["ours"])
     tuned = "tuned" if k1.choice.tuned and k2.choice.tuned else "fallback"
     rows.append(Row(f"chain {w1.M}x{w1.K}.{w1.K}x{w1.N} -> exp -> .{w2.K}x{w2.N}",
                     w1.flop + w2.flop, *ref, *ours, tuned))
     rows[-1].ref_best_ms = float(np.min(samples["numpy"])) * 1e3
+    if "MetaSchedule" in samples:
+        rows[-1].ms_ms = median_ms(samples["MetaSchedule"])[0]
     return rows
 
 
@@ -132,7 +175,6 @@ IDLE_S = 0.3
 
 def _in_turn(calls, repeat: int):
     """``repeat`` samples of each call, sampled in turn, each after ``IDLE_S`` of idle time."""
-    import time  # noqa: PLC0415
     samples = {k: [] for k in calls}
     for fn in calls.values():
         fn()  # warm-up
