@@ -231,20 +231,30 @@ def library_for(paths, family: Family, target) -> Optional[Library]:
 
 # ---- kernels for symbolic extents ----
 
-def family_template(family: Family, target, template: Optional[str] = None):
-    """The template a family's kernels use: one whose schedule takes symbolic extents."""
+def family_template(family: Family, target, template: Optional[str] = None, *,
+                    any_size: bool = False):
+    """The template a family's kernels use: one whose kernels take symbolic extents (and,
+    where it asks, the family's sizes: ``Template.family_check``). ``any_size``: one whose
+    kernels take any size (a family's generic kernel)."""
     target = parse_target(target)
     wl = family.workload(median_shape(family))
     facts = hardware_facts(target, family.dtype)
+
+    def why_not(t):
+        if not t.symbolic:
+            return "its kernels do not take symbolic extents"
+        if t.family_check is not None:
+            return "its kernels do not take any size" if any_size else t.family_check(family)
+        return None
+
     if template is not None:
         t = get_template(template)
-        why = t.why_not(wl, facts) or (None if t.symbolic else
-                                       "its schedule does not take symbolic extents")
+        why = t.why_not(wl, facts) or why_not(t)
         if why:
             raise TemplateError(f"template {template} cannot build the {family}: {why}")
         return t
     for t in templates_for(wl, target, facts):
-        if t.symbolic:
+        if why_not(t) is None:
             return t
     raise TemplateError(f"no template builds kernels of symbolic extents for the {family} on "
                         f"{target.kind.name}")
@@ -299,6 +309,10 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
     vars_ = {a: tirx.Var(_VAR_NAMES[a] + ("_t" if granules[a] > 1 else ""), "int32")
              for a in family.varying}
     sizes = {a: v * granules[a] if granules[a] > 1 else v for a, v in vars_.items()}
+    if not task.template.schedulable:  # a kernel template writes the symbolic kernel itself
+        func = task.template.make_func(task.workload, cfg, task.facts, target,
+                                       sizes={a: sizes[a] for a in family.varying})
+        return (task.launch(func), task, [(vars_[a], granules[a]) for a in family.varying])
     A, B = _placeholders(family, sizes)
     # Accumulated as the template accumulates (mma: f16 products in f32, cast at the end).
     acc = task.template.acc_dtype(task.workload) if task.template.acc_dtype else None
@@ -389,7 +403,11 @@ def _library_func(kernels, routes, family: Family, entry: str, granules: Dict[st
         body = tirx.SeqStmt(stmts)
     else:
         body = branch(len(kernels) - 1)
-    return main.with_body(body).with_attr("global_symbol", entry)
+    out = main.with_body(body).with_attr("global_symbol", entry)
+    # A kernel that carries a target of its own (wgmma's sm_90a) gives it to the one function
+    # that holds them all: the others build for it too (sm_90a runs on the sm_90 parts).
+    own = [f.attrs["target"] for f, _ in kernels if f.attrs is not None and "target" in f.attrs]
+    return out.with_attr("target", own[0]) if own else out
 
 
 class FamilyModule:
@@ -450,8 +468,12 @@ def _workload_of_arrays(family: Family, a_shape, b_shape) -> Workload:
 
 
 def generic_kernel(family: Family, target, template: Optional[str] = None) -> LibKernel:
-    """The family's generic kernel: the template's fallback config for the median shape."""
+    """The family's generic kernel: the template's fallback config for the median shape; for
+    a template whose kernels need the family's sizes (wgmma: multiples of 64), the first
+    template whose kernels take any size."""
     t = family_template(family, target, template)
+    if t.family_check is not None:
+        t = family_template(family, target, any_size=True)
     return LibKernel(t.name, median_shape(family), {}, tuned=False)
 
 

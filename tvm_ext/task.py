@@ -176,8 +176,15 @@ class Task:
         if self.template.prepare is not None:
             self.template.prepare()
         try:
-            func = self.launch(self.template.make_func(self.workload, config, self.facts,
-                                                       self.target))
+            if self.symbolic and not self.template.schedulable:
+                # A shape family's kernel as it is written for symbolic extents (guarded
+                # where its tiles overhang), on this task's sizes.
+                func = self.template.make_func(self.workload, config, self.facts,
+                                               self.target, sizes={})
+            else:
+                func = self.template.make_func(self.workload, config, self.facts,
+                                               self.target)
+            func = self.launch(func)
         except Exception as err:  # a config the schedule rejects is data, not a crash
             msg = str(err).strip().splitlines()
             raise InstantiationError(f"{self.name} {config}: {msg[-1] if msg else err!r}") \

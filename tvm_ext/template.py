@@ -6,7 +6,8 @@
   them with ``tvm.s_tir.Schedule``. Its schedule also works on a fused Relax function whose first
   block is the matmul, so such templates serve fused epilogues and MetaSchedule.
 - ``KernelTemplate``: ``kernel(workload, cfg, facts, target)`` writes the PrimFunc itself, for
-  instructions TVM's schedule primitives cannot reach (wgmma). It has no schedule.
+  instructions TVM's schedule primitives cannot reach (wgmma). It has no schedule. A symbolic
+  one also takes ``sizes=`` (the extents of a shape family's kernel, PrimExprs).
 
 A subgraph task (``Workload.epilogue``: bias, activation, cast, requantize after the matmul) is
 the template's kernel with ``epilogue_compute``'s blocks after the matmul, computed in its
@@ -113,6 +114,9 @@ class Template:
     # The accumulator dtype of its compute (workload -> dtype) where it is not the output's:
     # a family's kernel of symbolic extents is computed on the family's operands with it.
     acc_dtype: Optional[Callable] = None
+    # family -> None, or why its kernels of symbolic extents cannot serve that family (a
+    # template whose kernels need every size a multiple of something); None: any family.
+    family_check: Optional[Callable] = None
 
     # Whether ``schedule`` works on a TensorIR matmul (a fused Relax function, MetaSchedule).
     schedulable = False
@@ -198,5 +202,11 @@ class KernelTemplate(Template):
             return f"{self.name} writes its own kernel, without epilogues"
         return super().why_not(workload, facts)
 
-    def make_func(self, workload, config, facts, target):
+    def make_func(self, workload, config, facts, target, sizes=None):
+        """The kernel of a config. With ``sizes`` ({axis: extent}, {} for the workload's own),
+        the kernel of symbolic extents of a shape family (``symbolic`` templates): guarded
+        where its tiles overhang, the extents it is given (PrimExprs) in place of the
+        workload's."""
+        if sizes is not None:
+            return self.kernel(workload, config, facts, target, sizes=sizes)
         return self.kernel(workload, config, facts, target)

@@ -8,6 +8,7 @@ import pytest
 import tvm_ext.family as F
 from family_helpers import fallback_library
 from cuda_helpers import nvcc_cubin
+from tvm_ext.strategy import get_template
 from tvm_ext.target import cuda_target
 from tvm_ext.workload import Family
 
@@ -81,22 +82,55 @@ def test_family_tasks_see_symbolic_extents_in_the_mma_space():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-def test_attention_family_library_runs_on_tensor_cores():
-    """The f16 attention-like family (2048 shapes) is one library of mma.sync kernels of
-    symbolic extents: it compiles under nvcc (ptxas holds every kernel to 48 KB of static
-    shared memory), and every shape is routed to a bucket kernel."""
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_attention_family_library_runs_on_tensor_cores(arch):
+    """The f16 attention-like family (2048 shapes) is one library of tensor-core kernels of
+    symbolic extents: mma.sync on sm_80; on sm_90, wgmma bucket kernels (every M and N a
+    multiple of 64) beside an mma.sync generic kernel (any size), built for sm_90a. It
+    compiles under nvcc (ptxas holds every kernel to its shared memory), and every shape is
+    routed to a bucket kernel."""
+    target = cuda_target(arch)
     fam = Family.parse(ATTENTION, "batch_matmul", "float16", layout="NT")
     assert len(fam.shapes()) == 2048
-    assert F.family_template(fam, TARGET).name == "batch_matmul_mma.cuda"
-    lib = F.compile_library(fallback_library(fam, TARGET, 3, "cuda"), TARGET)
+    bucket = "batch_matmul_wgmma.cuda" if arch == "sm_90" else "batch_matmul_mma.cuda"
+    assert F.family_template(fam, target).name == bucket
+    assert F.generic_kernel(fam, target).template == "batch_matmul_mma.cuda"
+    lib = F.compile_library(fallback_library(fam, target, 3, "cuda"), target)
     src = _source(lib)
     assert src.count("__global__") >= 4 and "mma.sync.aligned.m16n8k16" in src
-    assert len(nvcc_cubin(src, TARGET, "sm_90")) > 1000
+    assert ("wgmma.mma_async" in src) == (arch == "sm_90")
+    assert len(nvcc_cubin(src, target, arch + ("a" if arch == "sm_90" else ""))) > 1000
     assert {lib.kernel_for(s) for s in fam.shapes()} == {0, 1, 2}
     assert lib.kernel_for((4, 256, 512, 128)) == 3  # not tied: the generic kernel
     # Inside a bucket but not a multiple of the granule (64): the bucket kernels take
     # 64 * t, so the generic kernel runs it; the dispatcher's condition says the same.
     assert {a: fam.granule(a) for a in fam.varying} == {"B": 1, "M": 64, "N": 64}
     assert lib.kernel_for((4, 100, 100, 128)) == 3 and lib.kernel_for((4, 128, 128, 128)) < 3
-    func, _ = F.library_func(lib.library, TARGET)
+    func, _ = F.library_func(lib.library, target)
     assert func.script().count("% 64 == 0") >= 2  # m and n, in the bucket kernels' condition
+
+
+def test_wgmma_serves_families_of_64_multiples_with_overhanging_tiles():
+    """The wgmma template's kernels of symbolic extents: a family task takes tiles that
+    overhang M and N (guarded) and any launch grouping, where every size of them is a
+    multiple of 64; a family of other sizes, or of varying K, gets the mma.sync template."""
+    from tvm_ext.task import Task
+    fam = Family.parse(ATTENTION, "batch_matmul", "float16", "float16", layout="NT")
+    wl = fam.workload((18, 3520, 3520, 128))  # 3520 = 64 x 55: no 128-row tile divides it
+    big = {"warpgroups": 2, "block_n": 256, "block_k": 64, "stages": 4, "wgmma_wait": 1,
+           "raster": 8, "stage_c": 1}
+    static = Task(wl, TARGET, template="batch_matmul_wgmma.cuda")
+    assert static.space.violations(static.config_with(big))
+    family = Task(wl, TARGET, template="batch_matmul_wgmma.cuda", symbolic=True,
+                  granules=F.family_granules(fam, "batch_matmul_wgmma.cuda"))
+    assert not family.space.violations(family.config_with(big))
+    # its measured kernel is the guarded one, on the representative's sizes
+    src = family.build(family.config_with(big)).mod.imports[0].inspect_source()
+    assert "wgmma.mma_async" in src and "min(" in src
+    assert len(nvcc_cubin(src, TARGET, "sm_90a")) > 1000
+    for text, why in (("1..4x96..960:96x=mx128", "multiple of 64"),
+                      ("1..4x64..512:64x=mx64,128", "K is fixed")):
+        other = Family.parse(text, "batch_matmul", "float16", "float16", layout="NT")
+        t = F.family_template(other, TARGET)
+        assert t.name == "batch_matmul_mma.cuda"
+        assert why in get_template("batch_matmul_wgmma.cuda").family_check(other)

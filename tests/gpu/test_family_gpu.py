@@ -23,7 +23,8 @@ def _target():
 @pytest.mark.parametrize("text,dtype,out,layout", [
     ("1,2,3,5,8,13,21,24x512..4096:512x512x64", "float32", None, "NT"),   # seed signature
     ("1..4x100..700:150x96x72", "float16", None, "NN"),                   # odd sizes, f16
-    # attention's scores, f16 out: mma kernels of granule 64 (f32 accumulation, cast)
+    # attention's scores, f16 out: kernels of granule 64 (mma.sync; wgmma on sm_90), f32
+    # accumulation, cast
     ("1,3,32x64..4096:960x=mx128", "float16", "float16", "NT"),
 ])
 def test_family_library_every_shape(text, dtype, out, layout, tmp_path):
@@ -45,3 +46,36 @@ def test_family_library_every_shape(text, dtype, out, layout, tmp_path):
         run(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
         wrong = OutputCheck(wl, a, b)(c.numpy())
         assert wrong is None, (shape, wrong)
+
+
+def test_wgmma_library_with_overhanging_tiles_every_shape(tmp_path):
+    """A library whose bucket kernel is a wgmma kernel of 128 x 256 tiles grouped by 4 M
+    tiles: sizes that are odd multiples of 64 overhang its tiles; every shape of the family
+    (and two outside it, on the mma.sync generic kernel) checked against numpy."""
+    import tvm
+    from tvm_ext.task import Task
+    target = _target()
+    if tvm.cuda(0).compute_version != "9.0":
+        pytest.skip("wgmma needs an sm_90 GPU")
+    fam = Family.parse("1,3,5x64..1024:64x=mx128", "batch_matmul", "float16", "float16",
+                       layout="NT")
+    assert F.family_template(fam, target).name == "batch_matmul_wgmma.cuda"
+    rep = (3, 576, 576, 128)
+    task = Task(fam.workload(rep), target, template="batch_matmul_wgmma.cuda", symbolic=True,
+                granules=F.family_granules(fam, "batch_matmul_wgmma.cuda"))
+    cfg = task.config_with({"warpgroups": 2, "block_n": 256, "block_k": 64, "stages": 3,
+                            "wgmma_wait": 1, "raster": 4, "stage_c": 1})
+    kernel = F.LibKernel(task.name, rep, cfg.to_json_dict(), True, 1e-3)
+    lib = F.compile_library(F.Library(fam, "cuda", [kernel],
+                                      [(b.bounds, 0) for b in F.make_buckets(fam)],
+                                      F.generic_kernel(fam, target)), target)
+    dev = tvm.cuda(0)
+    rng = np.random.default_rng(0)
+    for shape in fam.shapes() + [(2, 100, 100, 128), (4, 96, 96, 128)]:
+        wl = fam.workload(shape)
+        a, b = random_inputs(wl, rng)
+        c = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
+        lib(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
+        wrong = OutputCheck(wl, a, b)(c.numpy())
+        assert wrong is None, (shape, wrong)
+    assert lib.kernel_for((5, 960, 960, 128)) == 0 and lib.kernel_for((2, 100, 100, 128)) == 1

@@ -83,18 +83,33 @@ def _wgmma_target(target):
 
 
 def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
-               wgmma_wait: int, raster: int, stage_c: int, target=None):
-    """The PrimFunc of one config (see the module doc)."""
+               wgmma_wait: int, raster: int, stage_c: int, target=None, sizes=None):
+    """The PrimFunc of one config (see the module doc). ``sizes`` (None: the exact kernel of
+    ``wl``, its tiles dividing M and N) makes the guarded kernel of a shape family: {axis:
+    extent} for the batch, M and N axes it gives (PrimExprs: symbolic), the workload's size
+    for the others; tiles may overhang M and N, whose sizes must be multiples of 8. Its grid
+    counts tiles rounded up; a load past the last row or column reads the last 8-aligned one
+    again (its products land in rows and columns that are never stored: no predicate in the
+    copy loop), and the stores past them are skipped. K is never symbolic."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.script import tirx as T  # noqa: PLC0415
 
-    batch, M, N, K = wl.batch, wl.M, wl.N, wl.K
+    guarded = sizes is not None
+    sizes = sizes or {}
+    batch, M, N = (sizes.get(a, v) for a, v in (("B", wl.batch), ("M", wl.M), ("N", wl.N)))
+    K = wl.K
     BM, BN, BK, S = 64 * warpgroups, block_n, block_k, stages
     threads = 128 * warpgroups
-    nbm, nbn, KT = M // BM, N // BN, K // BK
+    KT = K // BK
     dist = S - 1 - wgmma_wait  # prefetch distance in K tiles
-    assert dist >= 1 and M % BM == 0 and N % BN == 0 and K % BK == 0 and BK % ROW_K == 0
-    group = max(1, min(raster, nbm))
+    assert dist >= 1 and K % BK == 0 and BK % ROW_K == 0
+    if guarded:
+        nbm, nbn = (M + BM - 1) // BM, (N + BN - 1) // BN  # ints or PrimExprs
+        group = raster  # the last group may hold fewer M tiles (rows = min(...) below)
+    else:
+        assert M % BM == 0 and N % BN == 0
+        nbm, nbn = M // BM, N // BN
+        group = max(1, min(raster, nbm))
     a_elems, b_elems = BM * BK, BN * BK
     chunks_a, chunks_b = a_elems // 8, b_elems // 8  # 16-byte chunks of a tile
     n_acc = BN // 2
@@ -141,10 +156,18 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
         return j * 8 + lane % 4 * 2 + v
 
     a_km, b_km = not wl.transpose_a, wl.transpose_b  # K-major: A [M, K], B [N, K]
+    # The tile of a block: its index and the grid are never negative, so a symbolic grid
+    # divides without floor division's sign fix-ups.
+    div, mod = (tirx.truncdiv, tirx.truncmod) if guarded else \
+        (lambda a, b: a // b, lambda a, b: a % b)
     lbo_a, sbo_a = descriptor_offsets(a_km, BK)
     lbo_b, sbo_b = descriptor_offsets(b_km, BK)
 
-    def gidx(b, kmajor, r, k):  # the global index of (row, k) of an operand
+    def gidx(b, kmajor, r, k, size):
+        """The global index of (row, k) of an operand; guarded, a row past ``size`` reads the
+        last one (K-major), a chunk of 8 rows past it the last 8 (MN-major)."""
+        if guarded:
+            r = tirx.min(r, size - (1 if kmajor else 8))
         return bidx(b, r, k) if kmajor else bidx(b, k, r)
 
     attrs = {"global_symbol": "main", "tirx.noalias": True}
@@ -158,12 +181,12 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             r, k, off = T.meta_var(chunk(c * threads + tx, BM, a_km))
             T.ptx["cp.async.cg.shared.global"](
                 T.address_of(smem[slot * a_elems + off]),
-                T.address_of(A[gidx(bz, a_km, bm * BM + r, kt * BK + k)]), 16)
+                T.address_of(A[gidx(bz, a_km, bm * BM + r, kt * BK + k, M)]), 16)
         for c in T.unroll(chunks_b // threads):
             r, k, off = T.meta_var(chunk(c * threads + tx, BN, b_km))
             T.ptx["cp.async.cg.shared.global"](
                 T.address_of(smem[S * a_elems + slot * b_elems + off]),
-                T.address_of(B[gidx(bz, b_km, bn * BN + r, kt * BK + k)]), 16)
+                T.address_of(B[gidx(bz, b_km, bn * BN + r, kt * BK + k, N)]), 16)
 
     @T.prim_func
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
@@ -178,10 +201,10 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
         db = T.alloc_buffer((1,), "uint64", scope="local")
         cs = T.alloc_buffer((BM * (BN + c_pad),), out, scope="shared.dyn")  # 1-D: keeps the pad
         # grouped launch order: `group` M tiles side by side share the B tiles in L2
-        first = T.meta_var(pid // (group * nbn) * group)
+        first = T.meta_var(div(pid, group * nbn) * group)
         rows = T.meta_var(T.min(nbm - first, group))
-        bm = T.meta_var(first + pid % (group * nbn) % rows)
-        bn = T.meta_var(pid % (group * nbn) // rows)
+        bm = T.meta_var(first + mod(mod(pid, group * nbn), rows))
+        bn = T.meta_var(div(mod(pid, group * nbn), rows))
         wg = T.meta_var(tx // 128)
         lane = T.meta_var(tx % 128)
         for i in T.unroll(n_acc):
@@ -222,27 +245,51 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
                             T.Cast(out, acc[j * 4 + h * 2 + v])
             T.cuda.cta_sync()
             for c in T.unroll(BM * BN // out_vec // threads):
-                for v in T.vectorized(out_vec):
-                    C[bidx(bz, bm * BM + (c * threads + tx) // (BN // out_vec),
-                           bn * BN + (c * threads + tx) % (BN // out_vec) * out_vec + v)] = \
-                        cs[(c * threads + tx) // (BN // out_vec) * (BN + c_pad)
-                           + (c * threads + tx) % (BN // out_vec) * out_vec + v]
+                row = T.meta_var(bm * BM + (c * threads + tx) // (BN // out_vec))
+                col = T.meta_var(bn * BN + (c * threads + tx) % (BN // out_vec) * out_vec)
+                if guarded:
+                    if row < M and col < N:
+                        for v in T.vectorized(out_vec):
+                            C[bidx(bz, row, col + v)] = \
+                                cs[(c * threads + tx) // (BN // out_vec) * (BN + c_pad)
+                                   + (c * threads + tx) % (BN // out_vec) * out_vec + v]
+                else:
+                    for v in T.vectorized(out_vec):
+                        C[bidx(bz, row, col + v)] = \
+                            cs[(c * threads + tx) // (BN // out_vec) * (BN + c_pad)
+                               + (c * threads + tx) % (BN // out_vec) * out_vec + v]
         else:
             for j in T.unroll(BN // 8):
                 for h in T.unroll(2):
-                    for v in T.vectorized(2):
-                        C[bidx(bz, bm * BM + frag_row(wg, lane, h),
-                               bn * BN + frag_col(lane, j, v))] = \
-                            T.Cast(out, acc[j * 4 + h * 2 + v])
+                    row = T.meta_var(bm * BM + frag_row(wg, lane, h))
+                    col = T.meta_var(bn * BN + frag_col(lane, j, 0))
+                    if guarded:
+                        if row < M and col < N:
+                            for v in T.vectorized(2):
+                                C[bidx(bz, row, col + v)] = T.Cast(out, acc[j * 4 + h * 2 + v])
+                    else:
+                        for v in T.vectorized(2):
+                            C[bidx(bz, row, col + v)] = T.Cast(out, acc[j * 4 + h * 2 + v])
 
     return kernel
 
 
-def kernel_from_config(wl, cfg, facts, target):
+def kernel_from_config(wl, cfg, facts, target, sizes=None):
     return wgmma_gemm(wl, warpgroups=cfg["warpgroups"].val, block_n=cfg["block_n"].val,
                       block_k=cfg["block_k"].val, stages=cfg["stages"].val,
                       wgmma_wait=cfg["wgmma_wait"].val, raster=cfg["raster"].val,
-                      stage_c=cfg["stage_c"].val, target=target)
+                      stage_c=cfg["stage_c"].val, target=target, sizes=sizes)
+
+
+def family_check(family) -> Optional[str]:
+    """Why the guarded kernel cannot serve a shape family (None when it can): every size of
+    M and N a multiple of 64 (whole 16-byte chunks and wgmma's 8-row groups), K fixed."""
+    if "K" in family.varying:
+        return "its K is fixed in the kernel (the family's K varies)"
+    for a in ("M", "N"):
+        if a in family.varying and family.granule(a) % 64:
+            return f"every {a} must be a multiple of 64 (granule {family.granule(a)})"
+    return None
 
 
 def fallback_wgmma(space, wl, facts):
@@ -266,7 +313,8 @@ def fallback_wgmma(space, wl, facts):
 def _template(op):
     return KernelTemplate(
         name=f"{op}_wgmma.cuda", op=op, target_kind="cuda", kernel=kernel_from_config,
-        fallback=fallback_wgmma, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=4)
+        fallback=fallback_wgmma, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=4,
+        symbolic=True, granular=True, family_check=family_check)
 
 
 DENSE_WGMMA = _template("dense")
