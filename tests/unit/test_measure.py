@@ -143,3 +143,18 @@ def test_timing_method_resolution():
         resolve("graph", tvm.cpu(0))
     with pytest.raises(TvmExtError, match="unknown timing 'wall'"):
         resolve("wall", tvm.cpu(0))
+
+
+def test_worker_rebuilds_a_family_task_as_symbolic():
+    """A shape family's task reaches the build workers as what it is (symbolic, its granules),
+    so a kernel template builds its guarded kernel there, as in the tuning process."""
+    from tvm_ext.measure.worker import task_in_worker, task_payload
+    from tvm_ext.target import cuda_target
+    wl = Workload.create("batch_matmul", (3, 448, 320, 128), "float16", "float16")
+    task = Task(wl, cuda_target("sm_90"), template="batch_matmul_wgmma.cuda", symbolic=True,
+                granules={"B": 1, "M": 64, "N": 64})
+    again = task_in_worker(task_payload(task))
+    assert again.symbolic and again.granules == {"B": 1, "M": 64, "N": 64}
+    assert again.space.facts["granule_m"] == 64
+    plain = task_in_worker(task_payload(Task(wl, cuda_target("sm_90"))))
+    assert not plain.symbolic and plain.granules == {}

@@ -192,7 +192,10 @@ def task_payload(task) -> Dict[str, Any]:
     return {"op": task.workload.op, "args": task.workload.to_args(),
             "target": str(task.target), "template": task.name, "space_file": task.space_file,
             "module": None if module.startswith("tvm_ext.") else module,
-            "paths": list(task.template.source_paths)}
+            "paths": list(task.template.source_paths),
+            # a shape family's task builds the kernel of symbolic extents (a kernel template's
+            # guarded kernel), under its space's rules
+            "symbolic": bool(task.symbolic), "granules": dict(task.granules)}
 
 
 def task_in_worker(payload: Dict[str, Any]):
@@ -214,4 +217,5 @@ def _task(payload_json: str):
         importlib.import_module(payload["module"])
     wl = Workload.from_args(payload["op"], payload["args"])
     return Task(wl, json.loads(payload["target"]), template=payload["template"],
-                space_file=payload.get("space_file"))
+                space_file=payload.get("space_file"), symbolic=payload.get("symbolic", False),
+                granules=payload.get("granules"))
