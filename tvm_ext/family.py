@@ -19,8 +19,10 @@ How it works:
   wave count, change there). Each bucket has a representative shape (its member nearest to the
   bucket's mean log-flop). Up to ``max_kernels`` representatives, spread over the family's flop
   range, are tuned, each with transfer from those tuned before; the best ``top`` configs of
-  each become candidates, and every candidate's symbolic kernel is timed at every bucket's
-  representative (the kernel that will run, at the shape it will serve).
+  each become candidates, with each representative's fallback and the proposer's first
+  configs at the buckets of most flops (measured nowhere before), and every candidate's
+  symbolic kernel is timed at every bucket's representative (the kernel that will run, at
+  the shape it will serve).
 - **Selection.** At most ``max_kernels`` kernels are picked greedily: each pick lowers the
   family's expected time the most, among the candidates that make some bucket at least 5%
   faster (``pick_kernels``); every bucket is routed to its fastest picked kernel. The report
@@ -143,15 +145,25 @@ class LibKernel:
     config: Dict[str, Any]  # ConfigEntity.to_json_dict()
     tuned: bool = True
     cost: Optional[float] = None  # seconds at rep (from the log), for the report
+    # Where an untuned config came from: "" (the template's fallback at rep) or "proposed"
+    # (one of the proposer's first configs at rep, never measured before the re-ranking).
+    source: str = ""
 
     def to_json(self) -> dict:
-        return {"template": self.template, "rep": list(self.rep), "config": self.config,
-                "tuned": self.tuned, "cost": self.cost}
+        out = {"template": self.template, "rep": list(self.rep), "config": self.config,
+               "tuned": self.tuned, "cost": self.cost}
+        return {**out, "source": self.source} if self.source else out
 
     @staticmethod
     def from_json(obj) -> "LibKernel":
         return LibKernel(str(obj["template"]), tuple(int(v) for v in obj["rep"]),
-                         dict(obj["config"]), bool(obj.get("tuned", True)), obj.get("cost"))
+                         dict(obj["config"]), bool(obj.get("tuned", True)), obj.get("cost"),
+                         str(obj.get("source", "")))
+
+    @property
+    def how(self) -> str:
+        """'tuned', 'proposed' or 'fallback' (for reports)."""
+        return "tuned" if self.tuned else (self.source or "fallback")
 
 
 @dataclass
@@ -552,7 +564,7 @@ def describe_library(lib: Library) -> List[str]:
         k = lib.kernels[idx]
         runs = "generic: kernel set aside" if idx in lib.set_aside else f"kernel {idx}"
         lines.append(f"  {Bucket(bounds, [], 0, k.rep).describe():<34} -> {runs} "
-                     f"({k.template}, {'tuned' if k.tuned else 'fallback'} at "
+                     f"({k.template}, {k.how} at "
                      f"{'x'.join(map(str, k.rep))})")
     g = lib.generic
     lines.append(f"  {'any other shape':<34} -> generic ({g.template}, "
@@ -658,9 +670,12 @@ def pick_kernels(times: np.ndarray, weights: np.ndarray, max_kernels: int,
 
 def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 8,
                 tuner: str = "xgb", template: Optional[str] = None, top: int = 3,
-                measure_options=None, seed: int = 0, progress=None):
+                proposed: int = 2, measure_options=None, seed: int = 0, progress=None):
     """Tune a family into a library (see the module doc); the representatives' records and
-    the library line are appended to ``log``. Returns (Library, FamilyReport)."""
+    the library line are appended to ``log``. Returns (Library, FamilyReport). The
+    candidates are the ``top`` best configs of each representative, its fallback, and the
+    proposer's ``top`` first configs at each of the ``proposed`` heaviest buckets."""
+    from .propose import propose  # noqa: PLC0415
     from .session import make_measurer, tune_task  # noqa: PLC0415
 
     say = progress or (lambda msg: logger.info("tvm_ext: %s", msg))
@@ -715,6 +730,20 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
             if key not in seen:
                 seen.add(key)
                 cands.append(k)
+    # And the proposer's first configs at the buckets that weigh the most (flops x shapes):
+    # they decide the family's time, and no representative may be near them.
+    if cands:
+        heavy = sorted(buckets, key=lambda b: -b.scale * family.workload(b.rep).flop)
+        for b in heavy[:proposed]:
+            task = Task(family.workload(b.rep), target, template=t.name, symbolic=True,
+                        granules=family_granules(family, t.name))
+            for idx in propose(task.space, top):
+                k = LibKernel(t.name, b.rep, task.config(idx).to_json_dict(), tuned=False,
+                              source="proposed")
+                key = (b.rep, json.dumps(k.config["entity"], sort_keys=True))
+                if key not in seen:
+                    seen.add(key)
+                    cands.append(k)
     if not cands:
         raise TvmExtError(f"{family}: no representative has a valid measured config "
                           f"(see {log})")

@@ -216,8 +216,10 @@ def test_tune_family_writes_records_and_one_library_line(tuned):
     tuned_keys = {r.workload.key() for r in records}
     assert tuned_keys == {fam.workload(s).key() for s in report.tuned}
     assert 1 <= len(library.kernels) <= 2 and len(library.routes) == len(report.buckets)
-    # Each kernel is a tuned config of a representative, or its fallback (also a candidate).
-    assert all(k.rep in report.tuned and (k.tuned or k.cost is None) for k in library.kernels)
+    # a kernel is a representative's (tuned, or its fallback) or one the proposer gave at a
+    # heavy bucket (measured only in the re-ranking)
+    assert all((k.rep in report.tuned or k.source == "proposed") and (k.tuned or k.cost is None)
+               for k in library.kernels)
     assert len(report.curve) == len(library.kernels)
     assert report.lines()[0].startswith(f"{len(report.buckets)} buckets")
 
@@ -308,3 +310,14 @@ def test_kernel_outside_this_targets_space_is_set_aside(tuned):
         for b, i in lib.routes)]
     assert served and all(built.kernel_for(s) == len(lib.kernels) for s in served)
     _check_all(built, fam, fam.shapes())
+
+
+def test_library_kernel_says_where_its_config_came_from():
+    """A proposed kernel keeps its origin through the log; a line written before origins
+    existed reads as what it was (tuned, or the fallback)."""
+    k = F.LibKernel("batch_matmul.x86", (2, 64, 64, 64), {"entity": []}, tuned=False,
+                    source="proposed")
+    assert F.LibKernel.from_json(k.to_json()) == k and k.how == "proposed"
+    old = {"template": "batch_matmul.x86", "rep": [2, 64, 64, 64], "config": {}, "tuned": False}
+    assert F.LibKernel.from_json(old).how == "fallback"
+    assert "source" not in F.LibKernel("t", (1, 1, 1, 1), {}, True, 1.0).to_json()
