@@ -26,6 +26,7 @@ nothing.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -135,12 +136,18 @@ def use_host_cores() -> int:
     runs, from ``TVM_NUM_THREADS`` or else half the hardware threads (it assumes every core has
     two): on a host of single-thread cores that is half the cores. Called before a kernel of
     ours runs (Kernel, the measurers' runners, the bench)."""
-    import tvm  # noqa: PLC0415
-
     from .target import host_cores  # noqa: PLC0415
 
     if "TVM_NUM_THREADS" not in os.environ:
         os.environ["TVM_NUM_THREADS"] = str(host_cores())  # read when TVM makes its pool
+    return _pool_threads(os.environ["TVM_NUM_THREADS"])
+
+
+@functools.lru_cache(maxsize=None)
+def _pool_threads(_env: str) -> int:
+    """TVM's pool size (asking costs some 40 ms: a measurer asks before every run); the pool
+    reads TVM_NUM_THREADS once, so the answer holds for the process, per value of it."""
+    import tvm  # noqa: PLC0415
     return int(tvm.runtime.num_threads())
 
 

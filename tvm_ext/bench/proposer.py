@@ -11,6 +11,7 @@ tuner measures; ``--log`` adds the shipped record's time to the topk row):
 
     python -m tvm_ext.bench.proposer --configs 200 --k 20 --json proposer.json
     python -m tvm_ext.bench.proposer --target cuda --configs 64 --log logs/cuda_sm90.json
+    python -m tvm_ext.bench.proposer --configs 0 --k 20 --xgb 256   # top-k against XGB
 
 ``--compile K`` (no GPU needed) instead ranks the spaces of every template that serves each
 workload and builds the top K of each with nvcc (``--target``'s arch), the kernels a top-K run
@@ -40,9 +41,11 @@ def spearman(a, b) -> float:
 
 
 def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
-        json_path=None) -> List[Dict]:
-    """Per workload: ``configs`` random valid configs measured and ranked by the proposer,
-    then top-``k``; ``json_path`` is rewritten after each workload (a cut run keeps its rows)."""
+        json_path=None, xgb: int = 0) -> List[Dict]:
+    """Per workload: ``configs`` random valid configs measured and ranked by the proposer
+    (0: none, no rank correlation), then top-``k``, then (``xgb`` > 0) an XGB run of that many
+    trials from scratch, whose best top-k's is compared with; ``json_path`` is rewritten after
+    each workload (a cut run keeps its rows)."""
     import os  # noqa: PLC0415
 
     from ..codegen import use_host_cores  # noqa: PLC0415
@@ -81,12 +84,26 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
                                 callbacks=[lambda _t, c, r: seen.extend(zip(c, r))])
             wall = time.time() - start
             row = {"workload": name, "shape": str(wl), "template": task.name,
-                   "threads": threads, "configs": len(real), "spearman": spearman(est, real),
-                   "random_best_ms": min(real) * 1e3, "topk_best_ms": summary.best_cost * 1e3,
+                   "threads": threads, "configs": len(real),
+                   "spearman": spearman(est, real) if len(real) > 2 else None,
+                   "random_best_ms": min(real) * 1e3 if real else None,
+                   "topk_best_ms": summary.best_cost * 1e3,
                    "topk_wall_s": wall, "k": k, "points": points,
                    "topk": [{"index": c.index, "ms": r.mean * 1e3 if r.ok else None}
                             for c, r in seen]}
-            row["topk_vs_random_best"] = row["random_best_ms"] / row["topk_best_ms"]
+            row["topk_vs_random_best"] = row["random_best_ms"] / row["topk_best_ms"] \
+                if real else None
+            versus = ""
+            if xgb:
+                start = time.time()
+                ref = tune_task(Task(wl, target), None, trials=xgb, tuner="xgb",
+                                measurer=measurer, seed=seed)
+                row.update(xgb_trials=xgb, xgb_best_ms=ref.best_cost * 1e3,
+                           xgb_wall_s=time.time() - start)
+                # top-k's speed as a share of XGB's best (goal: at least 0.95)
+                row["topk_vs_xgb"] = row["xgb_best_ms"] / row["topk_best_ms"]
+                versus = (f"; {row['topk_vs_xgb']:.2f}x the speed of {xgb}-trial XGB's best "
+                          f"({row['xgb_best_ms']:.3f} ms, {row['xgb_wall_s']:.0f} s)")
             shipped = ""
             if log:
                 with apply_history_best([log]):
@@ -102,10 +119,12 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
             if json_path:
                 with open(json_path, "w") as f:
                     json.dump(rows, f, indent=1)
-            print(f"{name:<10} {str(wl):<34} {task.name:<17} Spearman {row['spearman']:5.2f} "
-                  f"over {len(real)}  top-{k}: {row['topk_best_ms']:.3f} ms in {wall:.1f} s, "
-                  f"{row['topk_vs_random_best']:.2f}x the best of {len(real)} random "
-                  f"({row['random_best_ms']:.3f} ms){shipped}", flush=True)
+            against = (f"Spearman {row['spearman']:5.2f} over {len(real)}  " if real else "")
+            random_best = (f", {row['topk_vs_random_best']:.2f}x the best of {len(real)} random "
+                           f"({row['random_best_ms']:.3f} ms)" if real else "")
+            print(f"{name:<10} {str(wl):<34} {task.name:<17} {against}top-{k}: "
+                  f"{row['topk_best_ms']:.3f} ms in {wall:.1f} s{random_best}{shipped}{versus}",
+                  flush=True)
     finally:
         if hasattr(measurer, "close"):
             measurer.close()
@@ -179,6 +198,9 @@ def main(argv=None) -> int:
     p.add_argument("--target", help="cuda: the GPU suite (default: the host CPU's suite)")
     p.add_argument("--log", help="a shipped log: its record per workload is re-measured and "
                                  "compared with top-k's best")
+    p.add_argument("--xgb", type=int, default=0, metavar="N",
+                   help="also tune each workload with N XGB trials from scratch and compare "
+                        "top-k's best with its best (issue 21: N = 256)")
     p.add_argument("--compile", type=int, metavar="K",
                    help="no measuring: build the proposer's top K of every template per "
                         "workload (with --target cuda: nvcc, no GPU needed)")
@@ -198,7 +220,7 @@ def main(argv=None) -> int:
                 json.dump(rows, f, indent=1)
         return 0 if all(r["compiled"] == r["k"] for r in rows) else 1
     run(suite, configs=args.configs, k=args.k, seed=args.seed, target=target, log=args.log,
-        json_path=args.json)
+        json_path=args.json, xgb=args.xgb)
     return 0
 
 
