@@ -224,6 +224,9 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
             ctx.report.skipped.append(f"{label}: {err}")
             continue
         if schedulable and not task.template.schedulable:
+            ctx.report.skipped.append(f"{label}: {task.name} writes its own kernel, which a "
+                                      "fused Relax function cannot take (it gets a template "
+                                      "with a schedule)")
             continue
         try:  # what the record's knobs meant in the TVM version that wrote it
             meaning = legacy.translate(best, task.space)

@@ -360,10 +360,13 @@ def config_of(task: Task, kernel: LibKernel) -> ConfigEntity:
     return fit.config
 
 
-def _library_func(kernels, routes, family: Family, entry: str, granules: Dict[str, int]):
+def _library_func(kernels, routes, family: Family, entry: str,
+                  granules: List[Dict[str, int]]):
     """One PrimFunc ``entry`` (A, B, C) whose body runs the kernel of the shape's bucket:
     each kernel for its buckets, the generic one for any other shape. ``kernels`` are the
-    scheduled kernels ((func, size vars), the generic one last); each branch binds its
+    scheduled kernels ((func, size vars), the generic one last), ``granules[i]`` the sizes
+    bucket kernel i takes a multiple of (its template's, as ``kernel_for`` sees them); each
+    branch binds its
     kernel's size vars to the entry's and declares its buffers on the entry's data, so one
     function holds every kernel (a GPU kernel's launches are split off by the usual passes)."""
     import tvm  # noqa: PLC0415
@@ -383,12 +386,12 @@ def _library_func(kernels, routes, family: Family, entry: str, granules: Dict[st
                   for buf, outer in zip(func.params, main.params)]
         return tirx.SeqStmt(stmts + [func.body])
 
-    def box(bounds):
-        # Inside the bucket, and a multiple of each granule of the kernel (a size between
+    def box(bounds, idx):
+        # Inside the bucket, and a multiple of each granule of its kernel (a size between
         # two of a stepped range goes to the generic kernel).
         terms = [tvm.tirx.all(by_axis[a] >= lo, by_axis[a] <= hi)
                  for a, (lo, hi) in bounds.items()]
-        terms += [tirx.floormod(by_axis[a], g) == 0 for a, g in granules.items() if g > 1]
+        terms += [tirx.floormod(by_axis[a], g) == 0 for a, g in granules[idx].items() if g > 1]
         return tvm.tirx.all(*terms) if terms else tvm.tirx.const(True, "bool")
 
     # One branch per kernel (a kernel's vars are bound once), taken for any of its buckets;
@@ -397,7 +400,7 @@ def _library_func(kernels, routes, family: Family, entry: str, granules: Dict[st
     # refuses a kernel under a condition.
     boxes: Dict[int, List] = {}
     for bounds, idx in routes:
-        boxes.setdefault(idx, []).append(box(bounds))
+        boxes.setdefault(idx, []).append(box(bounds, idx))
     one, zero = tvm.tirx.const(1, "int32"), tvm.tirx.const(0, "int32")
 
     def taken(cond, stmt, i):
@@ -446,9 +449,9 @@ class FamilyModule:
     def kernel_for(self, shape: Sequence[int]) -> int:
         """Index of the kernel the dispatcher runs for a shape (len(kernels): generic)."""
         shape = tuple(shape) if len(shape) == 4 else (1, *shape)
-        granules = family_granules(self.library.family, self.library.generic.template)
-        on_grid = all(shape[AXES.index(a)] % g == 0 for a, g in granules.items())
         for bounds, idx in self.library.routes:
+            granules = family_granules(self.library.family, self.library.kernels[idx].template)
+            on_grid = all(shape[AXES.index(a)] % g == 0 for a, g in granules.items())
             if on_grid and all(lo <= shape[AXES.index(a)] <= hi
                                for a, (lo, hi) in bounds.items()):
                 return len(self.library.kernels) if idx in self.library.set_aside else idx
@@ -498,7 +501,7 @@ def untuned_library(family: Family, target, template: Optional[str] = None) -> L
 def library_func(library: Library, target, entry: str = "main"):
     """(the library's PrimFunc ``entry``: every kernel and the dispatch, the pass options its
     templates need)."""
-    pass_config, funcs, index = {}, [], {}
+    pass_config, funcs, index, granules = {}, [], {}, []
     for i, k in enumerate(library.kernels):
         try:
             func, task, sizes = symbolic_func(library.family, k, target)
@@ -508,13 +511,13 @@ def library_func(library: Library, target, entry: str = "main"):
             continue
         index[i] = len(funcs)
         funcs.append((func, sizes))
+        granules.append(family_granules(library.family, k.template))
         pass_config.update(task.template.pass_config)
     func, task, sizes = symbolic_func(library.family, library.generic, target, granular=False)
     funcs.append((func, sizes))
     pass_config.update(task.template.pass_config)
     # A bucket whose kernel was set aside goes to the generic kernel (no route).
     routes = [(bounds, index[i]) for bounds, i in library.routes if i in index]
-    granules = family_granules(library.family, library.generic.template)
     return _library_func(funcs, routes, library.family, entry, granules), pass_config
 
 
@@ -737,7 +740,8 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
         for b in heavy[:proposed]:
             task = Task(family.workload(b.rep), target, template=t.name, symbolic=True,
                         granules=family_granules(family, t.name))
-            for idx in propose(task.space, top):
+            # not the bucket's fallback: the proposer puts it first, but it is no proposal
+            for idx in propose(task.space, top, exclude=[task.space.fallback_index()]):
                 k = LibKernel(t.name, b.rep, task.config(idx).to_json_dict(), tuned=False,
                               source="proposed")
                 key = (b.rep, json.dumps(k.config["entity"], sort_keys=True))

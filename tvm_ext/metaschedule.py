@@ -96,6 +96,7 @@ def _fast_build(mod, target, _params):
 def tune(task: Task, *, trials: int, work_dir: str, seed: int = 0, num_trials_per_iter=8):
     """``ms.tune_tir`` over our space; returns the MetaSchedule database."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+    _unnamed_handlers_off()
     return ms.tune_tir(
         plain_module(task.workload), task.target, work_dir=work_dir,
         max_trials_global=trials, num_trials_per_iter=min(num_trials_per_iter, trials),
@@ -103,6 +104,18 @@ def tune(task: Task, *, trials: int, work_dir: str, seed: int = 0, num_trials_pe
         builder=ms.builder.LocalBuilder(f_build=_fast_build),
         runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
             number=3, repeat=1, min_repeat_ms=20)), num_tuning_cores=1, seed=seed)
+
+
+def _unnamed_handlers_off() -> None:
+    """MetaSchedule names every handler of its logger when it sets up a tuning run's logs and
+    fails on one without a name (``None.format``); a handler someone else attached (seen after
+    a first run in a pytest process) would stop the second run. dictConfig would replace it
+    anyway: remove it first."""
+    import logging  # noqa: PLC0415
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(ms_logger.handlers):
+        if handler.get_name() is None:
+            ms_logger.removeHandler(handler)
 
 
 def tune_default(wl: Workload, target, *, trials: int, work_dir: str, seed: int = 0,
@@ -126,6 +139,7 @@ def tune_default(wl: Workload, target, *, trials: int, work_dir: str, seed: int 
             finished.get("workload") == str(wl) and finished.get("target") == target_str(target):
         db = ms.database.JSONDatabase(work_dir=work_dir)
     else:
+        _unnamed_handlers_off()
         db = ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=trials,
             num_trials_per_iter=min(num_trials_per_iter, trials),

@@ -110,6 +110,7 @@ def test_attention_family_library_runs_on_tensor_cores(arch):
     assert func.script().count("% 64 == 0") >= 2  # m and n, in the bucket kernels' condition
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_wgmma_serves_families_of_64_multiples_with_overhanging_tiles():
     """The wgmma template's kernels of symbolic extents: a family task takes tiles that
     overhang M and N (guarded) and any launch grouping, where every size of them is a

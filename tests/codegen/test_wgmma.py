@@ -80,11 +80,14 @@ def test_fused_epilogue_never_gets_a_wgmma_record(tmp_path):
     log = tmp_path / "w.json"
     log.write_text(record.encode(str(target), task.name, DENSE, task.fallback_config(),
                                  MeasureResult([1e-6])) + "\n")
-    with apply_history_best(str(log)):
+    with apply_history_best(str(log)) as ctx:
         _, plain = choose(DENSE, target)
+        assert not ctx.report.skipped
         _, fused = choose(DENSE, target, schedulable=True)
     assert plain.template == "dense_wgmma.cuda" and plain.tuned
     assert fused.template == "dense_mma.cuda" and not fused.tuned
+    # the record passed over is listed, with the reason
+    assert len(ctx.report.skipped) == 1 and "cannot take" in ctx.report.skipped[0]
 
 
 def test_metaschedule_refuses_a_kernel_template():

@@ -92,7 +92,7 @@ def test_tune_default_is_metaschedule_on_its_own_and_reuses_a_finished_run(tmp_p
     """The bench's MetaSchedule column: ``ms.tune_tir`` with MetaSchedule's default design
     space on the plain matmul; the kernel it picks computes the matmul, and a second call on
     the same work folder compiles the recorded best without tuning again (fewer trials asked
-    reuse it too; another workload does not)."""
+    reuse it too)."""
     import json
     import time
     wl = Workload.create("dense", (8, 32, 16), layout="NT")

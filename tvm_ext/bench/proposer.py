@@ -119,7 +119,8 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
             if json_path:
                 with open(json_path, "w") as f:
                     json.dump(rows, f, indent=1)
-            against = (f"Spearman {row['spearman']:5.2f} over {len(real)}  " if real else "")
+            against = (f"Spearman {row['spearman']:5.2f} over {len(real)}  "
+                       if row["spearman"] is not None else "")
             random_best = (f", {row['topk_vs_random_best']:.2f}x the best of {len(real)} random "
                            f"({row['random_best_ms']:.3f} ms)" if real else "")
             print(f"{name:<10} {str(wl):<34} {task.name:<17} {against}top-{k}: "
@@ -199,8 +200,9 @@ def main(argv=None) -> int:
     p.add_argument("--log", help="a shipped log: its record per workload is re-measured and "
                                  "compared with top-k's best")
     p.add_argument("--xgb", type=int, default=0, metavar="N",
-                   help="also tune each workload with N XGB trials from scratch and compare "
-                        "top-k's best with its best (issue 21: N = 256)")
+                   help="also tune each workload with N XGB trials (a fresh log; XGB's first "
+                        "plan is the proposer's top-k, so it ends no slower than top-k) and "
+                        "compare top-k's best with its best (issue 21: N = 256)")
     p.add_argument("--compile", type=int, metavar="K",
                    help="no measuring: build the proposer's top K of every template per "
                         "workload (with --target cuda: nvcc, no GPU needed)")

@@ -120,9 +120,9 @@ class OutputCheck:
     batch_matmul writes 200M values) are compared at a seeded random sample of positions, whose
     reference costs K multiply-adds each; the output is NaN-poisoned before the run, so the
     whole-tensor NaN test still proves every element was written. The sample holds at most
-    ``max_sample`` positions (65536: a wrong region of 1 in 10000 elements, a tile's tail, is
-    missed with probability e^-6.5; a million cost the tuner 4.6 s of float64 copies for
-    24x2048x512x64, a third of a top-20 run).
+    ``max_sample`` positions, at least 4096 (65536: a wrong region of 1 in 10000 elements, a
+    tile's tail, is missed with probability e^-6.5; a million cost the tuner 4.6 s of float64
+    copies for 24x2048x512x64, a third of a top-20 run).
     """
 
     def __init__(self, wl: Workload, a: np.ndarray, b: np.ndarray, *, extras=(), seed: int = 0,

@@ -44,8 +44,10 @@ for sm_90 too, and CUDA compiles it for sm_90a.
 
 Scope: the 4 layouts, f16 or bf16 inputs (wgmma's .f16 / .bf16 operands: the same 2-byte
 tiles, swizzle and descriptors), an output of the input's dtype or f32, M, N and K multiples
-of the block tile (the space's rule; ``check`` asks for multiples of 64). Other workloads
-(int8, unaligned shapes, other GPUs) keep the mma.sync template.
+of the block tile (the space's rule; ``check`` asks for multiples of 64); a shape family's
+kernel of symbolic extents (``sizes``) is guarded where its tiles overhang M and N, for
+families whose every M and N is a multiple of 64 (``family_check``). Other workloads (int8,
+unaligned shapes, other GPUs) keep the mma.sync template.
 """
 from __future__ import annotations
 
@@ -87,10 +89,12 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
     """The PrimFunc of one config (see the module doc). ``sizes`` (None: the exact kernel of
     ``wl``, its tiles dividing M and N) makes the guarded kernel of a shape family: {axis:
     extent} for the batch, M and N axes it gives (PrimExprs: symbolic), the workload's size
-    for the others; tiles may overhang M and N, whose sizes must be multiples of 8. Its grid
-    counts tiles rounded up; a load past the last row or column reads the last 8-aligned one
-    again (its products land in rows and columns that are never stored: no predicate in the
-    copy loop), and the stores past them are skipped. K is never symbolic."""
+    for the others; tiles may overhang M and N, whose sizes must be multiples of 8 (the
+    space and ``family_check`` ask for 64: whole 64-row wgmma tiles of the fallbacks and the
+    space's tilings). Its grid counts tiles rounded up; a load past the last row reads it
+    again (K-major operand), past the last 8-row chunk that chunk (MN-major): their products
+    land in rows and columns that are never stored, so the copy loop has no predicate; the
+    stores past them are skipped. K is never symbolic."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.script import tirx as T  # noqa: PLC0415
 

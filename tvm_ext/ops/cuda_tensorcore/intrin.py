@@ -153,15 +153,15 @@ def mma_bf16(a_transposed: bool, b_transposed: bool):
     from tvm.script import tirx as T  # noqa: PLC0415
     I = load_cuda()
     index_map = I.shared_16x16_to_ldmatrix_32x8_layout
-    a_off = 16  # offset factors as TVM's: 16 for every operand of a 16-deep tile
+    off = 16  # offset factors as TVM's: 16 for every operand of a 16-deep tile
 
     def swap(i, j, flag):
         return (j, i) if flag else (i, j)
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (32, 8), "bfloat16", align=64, offset_factor=a_off, scope="warp")
-        B = T.match_buffer(b, (32, 8), "bfloat16", align=64, offset_factor=a_off, scope="warp")
+        A = T.match_buffer(a, (32, 8), "bfloat16", align=64, offset_factor=off, scope="warp")
+        B = T.match_buffer(b, (32, 8), "bfloat16", align=64, offset_factor=off, scope="warp")
         C = T.match_buffer(c, (32, 8), "float32", align=64, offset_factor=16, scope="warp")
         with T.sblock("root"):
             T.reads(C[0:32, 0:8], A[0:32, 0:8], B[0:32, 0:8])
@@ -180,8 +180,8 @@ def mma_bf16(a_transposed: bool, b_transposed: bool):
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (32, 8), "bfloat16", align=64, offset_factor=a_off, scope="warp")
-        B = T.match_buffer(b, (32, 8), "bfloat16", align=64, offset_factor=a_off, scope="warp")
+        A = T.match_buffer(a, (32, 8), "bfloat16", align=64, offset_factor=off, scope="warp")
+        B = T.match_buffer(b, (32, 8), "bfloat16", align=64, offset_factor=off, scope="warp")
         C = T.match_buffer(c, (32, 8), "float32", align=64, offset_factor=16, scope="warp")
         with T.sblock("root"):
             T.reads(C[0:32, 0:8], A[0:32, 0:8], B[0:32, 0:8])
