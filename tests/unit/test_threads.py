@@ -44,3 +44,37 @@ def test_a_narrower_affinity_is_honoured():
         pytest.skip("taskset is not available")
     assert r.returncode == 0, r.stderr
     assert [int(x) for x in r.stdout.split()[-3:]] == [1, 1, 1]
+
+
+POOL_PROBE = """
+import os, tempfile
+import tvm
+from tvm_ext.measure.options import RunOptions
+from tvm_ext.measure.runner import run_in_worker
+from tvm_ext.measure.worker import Worker, task_payload
+from tvm_ext.target import host_cores
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+task = Task(Workload.create("dense", (64, 64, 64)), "llvm")
+path = os.path.join(tempfile.mkdtemp(), "k.so")
+task.build(task.fallback_config()).export_library(path)
+w = Worker()
+status, value = w.call(run_in_worker, (task_payload(task), path, 0, RunOptions()), 120)
+assert status == "ok" and value[0] == "ok", (status, value)
+status, pool = w.call(tvm.runtime.num_threads, (), 60)
+w.kill()
+print(pool, host_cores())
+"""
+
+
+def test_pool_runner_measures_on_every_core():
+    """The pool measurer's runner processes run a CPU kernel as it will run: on every core
+    of the affinity (a runner left to TVM's default measured on one core of two, so the tuner
+    ranked configs for one thread)."""
+    base = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    r = subprocess.run([sys.executable, "-c", POOL_PROBE],
+                       env={**base, "PYTHONPATH": ROOT}, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    pool, cores = (int(x) for x in r.stdout.split()[-2:])
+    assert pool == cores

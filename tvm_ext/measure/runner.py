@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import TvmExtError
 from ..result import MeasureErrorNo, MeasureResult, error_line
+from ..codegen import use_host_cores
 from .check import seeded_data
 from .options import RPCConfig, RunOptions
 from .timing import time_module
@@ -123,6 +124,10 @@ def run_in_worker(task_payload, path, device_id, options: RunOptions):
     import tvm  # noqa: PLC0415
     task = task_in_worker(task_payload)
     dev = tvm.cuda(device_id) if task.target.kind.name == "cuda" else tvm.cpu(device_id)
+    if task.target.kind.name == "llvm":
+        # On every core this process may use, as the kernel will run (TVM's pool would take
+        # half the hardware threads: one of two single-thread cores).
+        use_host_cores()
     mod = _loaded(path)
     _loaded.cache_clear()
     inputs, check = inputs_for(task.workload, options.seed)
