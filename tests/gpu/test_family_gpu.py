@@ -20,6 +20,20 @@ def _target():
     return t
 
 
+def _check_shapes(run, fam, shapes):
+    """``run(a, b, c)`` (TVM tensors) at every shape, each output checked against numpy."""
+    import tvm
+    dev = tvm.cuda(0)
+    rng = np.random.default_rng(0)
+    for shape in shapes:
+        wl = fam.workload(shape)
+        a, b = random_inputs(wl, rng)
+        c = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
+        run(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
+        wrong = OutputCheck(wl, a, b)(c.numpy())
+        assert wrong is None, (shape, wrong)
+
+
 @pytest.mark.parametrize("text,dtype,out,layout", [
     ("1,2,3,5,8,13,21,24x512..4096:512x512x64", "float32", None, "NT"),   # seed signature
     ("1..4x100..700:150x96x72", "float16", None, "NN"),                   # odd sizes, f16
@@ -35,17 +49,8 @@ def test_family_library_every_shape(text, dtype, out, layout, tmp_path):
     so = tmp_path / "fam.so"
     lib.export_library(so)
     run = tvm.runtime.load_module(str(so))["main"]
-    dev = tvm.cuda(0)
-    rng = np.random.default_rng(0)
     n, k = fam.fixed("N") or 200, fam.fixed("K")
-    outside = [(30, 600, n, k), (2, 7, n, k)]
-    for shape in fam.shapes() + outside:
-        wl = fam.workload(shape)
-        a, b = random_inputs(wl, rng)
-        c = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-        run(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
-        wrong = OutputCheck(wl, a, b)(c.numpy())
-        assert wrong is None, (shape, wrong)
+    _check_shapes(run, fam, fam.shapes() + [(30, 600, n, k), (2, 7, n, k)])
 
 
 def test_wgmma_library_with_overhanging_tiles_every_shape(tmp_path):
@@ -69,13 +74,5 @@ def test_wgmma_library_with_overhanging_tiles_every_shape(tmp_path):
     lib = F.compile_library(F.Library(fam, "cuda", [kernel],
                                       [(b.bounds, 0) for b in F.make_buckets(fam)],
                                       F.generic_kernel(fam, target)), target)
-    dev = tvm.cuda(0)
-    rng = np.random.default_rng(0)
-    for shape in fam.shapes() + [(2, 100, 100, 128), (4, 96, 96, 128)]:
-        wl = fam.workload(shape)
-        a, b = random_inputs(wl, rng)
-        c = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-        lib(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
-        wrong = OutputCheck(wl, a, b)(c.numpy())
-        assert wrong is None, (shape, wrong)
+    _check_shapes(lib, fam, fam.shapes() + [(2, 100, 100, 128), (4, 96, 96, 128)])
     assert lib.kernel_for((5, 960, 960, 128)) == 0 and lib.kernel_for((2, 100, 100, 128)) == 1
