@@ -287,7 +287,9 @@ def kernel_from_config(wl, cfg, facts, target, sizes=None):
 
 def family_check(family) -> Optional[str]:
     """Why the guarded kernel cannot serve a shape family (None when it can): every size of
-    M and N a multiple of 64 (whole 16-byte chunks and wgmma's 8-row groups), K fixed."""
+    M and N a multiple of 64 (its clamps and guards need multiples of 8; 64 keeps every
+    size a whole number of the smallest tiles, so the bucket kernels take them as 64 * t),
+    K fixed."""
     if "K" in family.varying:
         return "its K is fixed in the kernel (the family's K varies)"
     for a in ("M", "N"):
