@@ -698,8 +698,13 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     measurer = make_measurer(target, measure_options)
     # Tuned in the space of the kernel that will run: symbolic extents (whose rules can
     # differ: a tensor-core kernel of symbolic extents stages its C tile where it pads).
-    rep_tasks = {shape: Task(family.workload(shape), target, template=t.name, symbolic=True,
-                             granules=family_granules(family, t.name)) for shape in reps}
+    granules = family_granules(family, t.name)
+
+    def task_at(shape):
+        return Task(family.workload(shape), target, template=t.name, symbolic=True,
+                    granules=granules)
+
+    rep_tasks = {shape: task_at(shape) for shape in reps}
     try:
         for i, shape in enumerate(reps):
             task = rep_tasks[shape]
@@ -715,39 +720,32 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     records = rec.load(log)
     cands: List[LibKernel] = []
     seen = set()
+
+    def add(k: LibKernel) -> None:  # once per (shape, config)
+        key = (k.rep, json.dumps(k.config["entity"], sort_keys=True))
+        if key not in seen:
+            seen.add(key)
+            cands.append(k)
+
     for shape in reps:
         for r in rec.ranked_for(records, family.workload(shape), target)[:top]:
-            if r.task_name != t.name:
-                continue
-            k = LibKernel(t.name, shape, r.config.to_json_dict(), True, r.result.mean)
-            key = (shape, json.dumps(k.config["entity"], sort_keys=True))
-            if key not in seen:
-                seen.add(key)
-                cands.append(k)
+            if r.task_name == t.name:
+                add(LibKernel(t.name, shape, r.config.to_json_dict(), True, r.result.mean))
     # And each representative's fallback in the family's space (the proposer's first for the
     # kernel that runs), which a few trials of a space this large may not have reached.
     if cands:
         for shape, task in rep_tasks.items():
-            k = LibKernel(t.name, shape, task.fallback_config().to_json_dict(), tuned=False)
-            key = (shape, json.dumps(k.config["entity"], sort_keys=True))
-            if key not in seen:
-                seen.add(key)
-                cands.append(k)
+            add(LibKernel(t.name, shape, task.fallback_config().to_json_dict(), tuned=False))
     # And the proposer's first configs at the buckets that weigh the most (flops x shapes):
     # they decide the family's time, and no representative may be near them.
     if cands:
         heavy = sorted(buckets, key=lambda b: -b.scale * family.workload(b.rep).flop)
         for b in heavy[:proposed]:
-            task = Task(family.workload(b.rep), target, template=t.name, symbolic=True,
-                        granules=family_granules(family, t.name))
+            task = task_at(b.rep)
             # not the bucket's fallback: the proposer puts it first, but it is no proposal
             for idx in propose(task.space, top, exclude=[task.space.fallback_index()]):
-                k = LibKernel(t.name, b.rep, task.config(idx).to_json_dict(), tuned=False,
-                              source="proposed")
-                key = (b.rep, json.dumps(k.config["entity"], sort_keys=True))
-                if key not in seen:
-                    seen.add(key)
-                    cands.append(k)
+                add(LibKernel(t.name, b.rep, task.config(idx).to_json_dict(), tuned=False,
+                              source="proposed"))
     if not cands:
         raise TvmExtError(f"{family}: no representative has a valid measured config "
                           f"(see {log})")

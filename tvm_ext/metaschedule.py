@@ -93,6 +93,14 @@ def _fast_build(mod, target, _params):
     return tvm.compile(mod, target=target).mod
 
 
+def _builder_runner(ms):
+    """The builder (our fast build: no tensor-intrinsic import per worker) and runner both
+    tuning entry points measure with."""
+    return dict(builder=ms.builder.LocalBuilder(f_build=_fast_build),
+                runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
+                    number=3, repeat=1, min_repeat_ms=20)))
+
+
 def tune(task: Task, *, trials: int, work_dir: str, seed: int = 0, num_trials_per_iter=8):
     """``ms.tune_tir`` over our space; returns the MetaSchedule database."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
@@ -101,9 +109,7 @@ def tune(task: Task, *, trials: int, work_dir: str, seed: int = 0, num_trials_pe
         plain_module(task.workload), task.target, work_dir=work_dir,
         max_trials_global=trials, num_trials_per_iter=min(num_trials_per_iter, trials),
         space=design_space(task), strategy="replay-func", cost_model="random",
-        builder=ms.builder.LocalBuilder(f_build=_fast_build),
-        runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-            number=3, repeat=1, min_repeat_ms=20)), num_tuning_cores=1, seed=seed)
+        num_tuning_cores=1, seed=seed, **_builder_runner(ms))
 
 
 def _unnamed_handlers_off() -> None:
@@ -142,10 +148,8 @@ def tune_default(wl: Workload, target, *, trials: int, work_dir: str, seed: int 
         _unnamed_handlers_off()
         db = ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=trials,
-            num_trials_per_iter=min(num_trials_per_iter, trials),
-            builder=ms.builder.LocalBuilder(f_build=_fast_build),
-            runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-                number=3, repeat=1, min_repeat_ms=20)), seed=seed)
+            num_trials_per_iter=min(num_trials_per_iter, trials), seed=seed,
+            **_builder_runner(ms))
         with open(done, "w") as f:
             json.dump({"trials": trials, "workload": str(wl), "target": target_str(target)}, f)
     sch = ms.tir_integration.compile_tir(db, mod, target)

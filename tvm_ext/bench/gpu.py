@@ -13,12 +13,17 @@ from ..workload import Workload
 from .common import Row, median_ms
 
 
-def _f16(op, shape, layout="NT", dtype="float16"):
+def _half(dtype, op, shape, layout="NT"):
+    """A 16-bit workload returning its input dtype, as torch.matmul does."""
     return Workload.create(op, shape, dtype, dtype, layout=layout)
 
 
+def _f16(op, shape, layout="NT"):
+    return _half("float16", op, shape, layout)
+
+
 def _bf16(op, shape, layout="NT"):
-    return _f16(op, shape, layout, "bfloat16")
+    return _half("bfloat16", op, shape, layout)
 
 
 # The GPU suite of the CUDA-core templates (cuBLAS through torch, TF32 off for float32).
