@@ -20,9 +20,9 @@ How it works:
   bucket's mean log-flop). Up to ``max_kernels`` representatives, spread over the family's flop
   range, are tuned, each with transfer from those tuned before; the best ``top`` configs of
   each become candidates, with each representative's fallback and the proposer's first
-  configs at the buckets of most flops (measured nowhere before), and every candidate's
-  symbolic kernel is timed at every bucket's representative (the kernel that will run, at
-  the shape it will serve).
+  configs at the buckets of most flops, at their representative and at their largest member
+  (measured nowhere before), and every candidate's symbolic kernel is timed at every
+  bucket's representative (the kernel that will run, at the shape it will serve).
 - **Selection.** At most ``max_kernels`` kernels are picked greedily: each pick lowers the
   family's expected time the most, among the candidates that make some bucket at least 5%
   faster (``pick_kernels``); every bucket is routed to its fastest picked kernel. The report
@@ -671,14 +671,45 @@ def pick_kernels(times: np.ndarray, weights: np.ndarray, max_kernels: int,
     return picks, curve
 
 
+def heavy_proposals(family: Family, buckets: Sequence[Bucket], task_at, *, top: int = 3,
+                    proposed: int = 2) -> List[LibKernel]:
+    """The proposer's ``top`` first configs at each of the ``proposed`` buckets that weigh the
+    most (flops x shapes), at the bucket's representative and at its largest member: a
+    bucket's time is mostly its largest shapes' (flop-weighted), where tiles that overhang at
+    the representative can win. A config proposed at one of these shapes is not proposed
+    again at another. ``task_at(shape)`` is the task of the kernel that runs."""
+    from .propose import propose  # noqa: PLC0415
+
+    out: List[LibKernel] = []
+    heavy = sorted(buckets, key=lambda b: -b.scale * family.workload(b.rep).flop)
+    seen = set()
+    for b in heavy[:proposed]:
+        biggest = max(b.shapes, key=lambda s: family.workload(s).flop)
+        for shape in dict.fromkeys([b.rep, biggest]):
+            task = task_at(shape)
+            fallback = task.space.fallback_index()
+            # The fallback is no proposal (the proposer puts it first): a representative's
+            # is a candidate already, the largest member's joins as that shape's fallback.
+            picks = ([] if shape == b.rep else [(fallback, "")]) + [
+                (idx, "proposed") for idx in propose(task.space, top, exclude=[fallback])]
+            for idx, source in picks:
+                config = task.config(idx).to_json_dict()
+                key = json.dumps(config["entity"], sort_keys=True)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(LibKernel(task.template.name, shape, config, tuned=False,
+                                         source=source))
+    return out
+
+
 def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 8,
                 tuner: str = "xgb", template: Optional[str] = None, top: int = 3,
                 proposed: int = 2, measure_options=None, seed: int = 0, progress=None):
     """Tune a family into a library (see the module doc); the representatives' records and
     the library line are appended to ``log``. Returns (Library, FamilyReport). The
     candidates are the ``top`` best configs of each representative, its fallback, and the
-    proposer's ``top`` first configs at each of the ``proposed`` heaviest buckets."""
-    from .propose import propose  # noqa: PLC0415
+    proposer's ``top`` first configs at each of the ``proposed`` heaviest buckets
+    (``heavy_proposals``)."""
     from .session import make_measurer, tune_task  # noqa: PLC0415
 
     say = progress or (lambda msg: logger.info("tvm_ext: %s", msg))
@@ -739,13 +770,8 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     # And the proposer's first configs at the buckets that weigh the most (flops x shapes):
     # they decide the family's time, and no representative may be near them.
     if cands:
-        heavy = sorted(buckets, key=lambda b: -b.scale * family.workload(b.rep).flop)
-        for b in heavy[:proposed]:
-            task = task_at(b.rep)
-            # not the bucket's fallback: the proposer puts it first, but it is no proposal
-            for idx in propose(task.space, top, exclude=[task.space.fallback_index()]):
-                add(LibKernel(t.name, b.rep, task.config(idx).to_json_dict(), tuned=False,
-                              source="proposed"))
+        for k in heavy_proposals(family, buckets, task_at, top=top, proposed=proposed):
+            add(k)
     if not cands:
         raise TvmExtError(f"{family}: no representative has a valid measured config "
                           f"(see {log})")

@@ -218,10 +218,38 @@ def test_tune_family_writes_records_and_one_library_line(tuned):
     assert 1 <= len(library.kernels) <= 2 and len(library.routes) == len(report.buckets)
     # a kernel is a representative's (tuned, or its fallback) or one the proposer gave at a
     # heavy bucket (measured only in the re-ranking)
-    assert all((k.rep in report.tuned or k.source == "proposed") and (k.tuned or k.cost is None)
-               for k in library.kernels)
+    heavy = {s for b in F.make_buckets(fam)
+             for s in (b.rep, max(b.shapes, key=lambda s: fam.workload(s).flop))}
+    assert all((k.rep in report.tuned or (not k.tuned and k.rep in heavy))
+               and (k.tuned or k.cost is None) for k in library.kernels)
     assert len(report.curve) == len(library.kernels)
     assert report.lines()[0].startswith(f"{len(report.buckets)} buckets")
+
+
+def test_heavy_buckets_get_proposals_at_their_largest_member():
+    """The attention family's heaviest bucket (B 17..32, M and N 2049..4096) has its
+    representative at 18x3520, where 128-wide wgmma tiles overhang: the proposer's first at
+    32x4096x4096 (two warpgroups, 128 x 256) joins the candidates as that shape's fallback,
+    with proposals no other heavy shape gave. No measuring: the proposer only."""
+    from tvm_ext.task import Task
+    cuda = {"kind": "cuda", "arch": "sm_90", "model": "h100"}
+    fam = Family.parse("1..32x64..4096:64x=mx128", "batch_matmul", "float16", "float16",
+                       layout="NT")
+    name = F.family_template(fam, cuda).name
+    granules = F.family_granules(fam, name)
+
+    def task_at(shape):
+        return Task(fam.workload(shape), cuda, template=name, symbolic=True, granules=granules)
+
+    buckets = F.make_buckets(fam)
+    kernels = F.heavy_proposals(fam, buckets, task_at, top=3, proposed=2)
+    at_big = [k for k in kernels if k.rep == (32, 4096, 4096, 128)]
+    assert at_big and at_big[0].source == "" and not at_big[0].tuned
+    assert at_big[0].config == task_at((32, 4096, 4096, 128)).fallback_config().to_json_dict()
+    assert all(k.source == "proposed" for k in at_big[1:])
+    assert {k.rep for k in kernels} >= {(18, 3520, 3520, 128), (32, 4096, 4096, 128)}
+    configs = [json.dumps(k.config["entity"]) for k in kernels]
+    assert len(configs) == len(set(configs))  # no config proposed twice
 
 
 def test_library_from_the_log_is_the_tuned_one(tuned, tmp_path):
