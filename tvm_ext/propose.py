@@ -164,9 +164,12 @@ _DRAM_LATENCY = 1000.0
 #: Cycles a K step costs a block beyond its work: the barrier and the wait on the copies.
 _STEP_CYCLES = 60.0
 #: Seconds a launch costs a kernel in a CUDA graph, with its first loads and its drain; a
-#: second kernel launched as the first one's dependent (split-K's sum) costs a gap.
+#: second kernel launched as the first one's dependent (split-K's sum) costs a gap and its
+#: own drain: on an H100 (2026-11-25), every split-K config of the 512 x {16,32,64} x 512
+#: GEMMs ran 2.0-2.6 us, the unsplit records 1.3-1.7 us (0.3 us here put 19 split-K configs
+#: in their top 20, at 0.61-0.84x the records).
 _LAUNCH_S = 1.5e-6
-_SECOND_KERNEL_S = 0.3e-6
+_SECOND_KERNEL_S = 1.2e-6
 #: Bytes a clock one SM's shared memory serves (32 banks of 4 bytes).
 _SMEM_BYTES_PER_CLOCK = 128.0
 #: Bytes a clock one SM reads from L2 (in 32-byte sectors).

@@ -55,12 +55,17 @@ def test_every_fault_is_one_record_and_tuning_goes_on(faulty_task, tmp_path):
 
 
 @pytest.mark.parametrize("cache_flush", [False, True])
-def test_pool_measures_valid_configs(tmp_path, cache_flush):
+def test_pool_measures_valid_configs(tmp_path, cache_flush, caplog):
     task = Task(Workload.create("batch_matmul", (2, 32, 64, 32)), "llvm")
     cfgs = [task.config(i) for i in list(task.space.valid_indices())[:4]]
-    with PoolMeasurer(n_parallel=2, number=1, repeat=2, cache_flush=cache_flush) as m:
-        res = m.measure(task, cfgs)
+    with caplog.at_level("DEBUG", logger="tvm_ext"):
+        with PoolMeasurer(n_parallel=2, number=1, repeat=2, cache_flush=cache_flush) as m:
+            res = m.measure(task, cfgs)
     assert all(r.ok and len(r.costs) == 2 and r.costs[0] > 0 for r in res)
+    # where a batch's time went (bench.proposer --trace): its builds, then its runs
+    phases = [r.getMessage() for r in caplog.records if "configs built in" in r.getMessage()]
+    assert len(phases) == 1 and "4 configs built in" in phases[0] and "4 run in" in phases[0]
+    assert sum("waited" in r.getMessage() for r in caplog.records) == 4
 
 
 def _start(args):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from typing import Dict, List
@@ -206,7 +207,17 @@ def main(argv=None) -> int:
     p.add_argument("--compile", type=int, metavar="K",
                    help="no measuring: build the proposer's top K of every template per "
                         "workload (with --target cuda: nvcc, no GPU needed)")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write tvm_ext's debug log to FILE: the build and run seconds of each "
+                        "batch of the pool measurer (the GPU suite's), and each config's load, "
+                        "device wait and run seconds")
     args = p.parse_args(argv)
+    if args.trace:
+        handler = logging.FileHandler(args.trace, mode="w")
+        handler.setFormatter(logging.Formatter("%(relativeCreated)d ms %(message)s"))
+        log = logging.getLogger("tvm_ext")
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
     target = parse_target(args.target) if args.target else None
     cuda = target is not None and target.kind.name == "cuda"
     suite = GPU_SUITE if cuda else CPU_QUICK if args.quick else CPU_SUITE

@@ -3,7 +3,9 @@
 ``measure(task, configs) -> [MeasureResult]``, as ``LocalMeasurer``."""
 from __future__ import annotations
 
+import logging
 import os
+import time
 from typing import List, Optional
 
 from ..result import MeasureResult
@@ -11,6 +13,8 @@ from .builder import Builder
 from .options import MeasureOptions, RunOptions
 from .runner import ProcessRunner, RPCRunner
 from .worker import task_payload
+
+logger = logging.getLogger("tvm_ext")
 
 
 class PoolMeasurer:
@@ -41,7 +45,9 @@ class PoolMeasurer:
     def measure(self, task, configs) -> List[MeasureResult]:
         self.runner.check(task)  # a task the devices cannot run: one error, nothing built
         payload = task_payload(task)
+        t0 = time.time()
         built = self.builder.build(payload, configs)
+        t1 = time.time()
         results: List[Optional[MeasureResult]] = [None] * len(configs)
         todo = []
         for k, b in enumerate(built):
@@ -51,6 +57,8 @@ class PoolMeasurer:
                 results[k] = MeasureResult.error(b.error_no, b.path_or_message, b.seconds)
         for k, res in self.runner.run(task, payload, todo).items():
             results[k] = res
+        logger.debug("tvm_ext: %s: %d configs built in %.1f s, %d run in %.1f s",
+                     task.workload, len(configs), t1 - t0, len(todo), time.time() - t1)
         return results  # type: ignore[return-value]
 
     def close(self):

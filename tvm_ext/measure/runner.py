@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import threading
 import time
@@ -29,6 +30,8 @@ from .check import seeded_data
 from .options import RPCConfig, RunOptions
 from .timing import time_module
 from .worker import Worker, drain, remove_quietly, task_in_worker
+
+logger = logging.getLogger("tvm_ext")
 
 Built = Tuple[int, str, float]  # (k, library path, build seconds)
 
@@ -163,11 +166,15 @@ class ProcessRunner:
                     else error_line(value, 300)
                 return MeasureResult.error(MeasureErrorNo.COMPILE_DEVICE,
                                            f"loading the library {why}", time.time() - t0)
+        t1 = time.time()
         with self._device_locks[device_id]:
+            t2 = time.time()
             status, value = worker.call(run_in_worker,
                                         (task_payload, path, device_id, self.options),
                                         self.run_timeout)
         dt = time.time() - t0
+        logger.debug("tvm_ext: loaded in %.2f s, waited %.2f s for the device, ran in %.2f s",
+                     t1 - t0, t2 - t1, time.time() - t2)
         if status == "ok":
             kind, payload = value
             if kind == "ok":
