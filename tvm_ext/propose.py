@@ -108,9 +108,11 @@ def _x86_gemm(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     busy = min(cores, tasks)
     rounds = -(-tasks // cores)
     # Register tiles over M and N padded up to them (an axis they do not divide).
-    compute = B * -(-M // yi) * -(-N // xi) * K * step * (rounds * busy / tasks) / busy
+    # ... and K up to ki (zeros of A and B read, as the packed panel holds them).
+    kp = -(-K // max(ki, 1)) * max(ki, 1)
+    compute = B * -(-M // yi) * -(-N // xi) * kp * step * (rounds * busy / tasks) / busy
     gather = 2.0 if f.get("layout", "NT")[1] == "T" else 1.0  # B stored [N, K]: a gather
-    pack = tasks * K * cols * gather / busy
+    pack = tasks * kp * cols * gather / busy
     seconds = (compute + pack) / (cpu["clock_ghz"] * 1e9)
     # The output goes to DRAM once (read for ownership, then written), A and B are read once.
     memory = (2.0 * B * M * N + B * (M + N) * K) * nb / (cpu["dram_gbs"] * 1e9)

@@ -71,6 +71,25 @@ def test_a_pack_width_that_does_not_divide_n_is_padded():
     assert res.ok, res.error_msg
 
 
+@pytest.mark.parametrize("op,shape,ki,layout", [
+    ("dense", (37, 41, 131), 4, "NT"), ("dense", (37, 41, 131), 16, "NN"),
+    ("batch_matmul", (2, 19, 40, 29), 8, "TN")])
+def test_a_k_step_that_does_not_divide_k_is_padded(op, shape, ki, layout):
+    """A prime K is padded up to the unrolled K step with zeros in A's and B's reads (131 ->
+    132 with ki = 4), as M and N are padded to the register tile: right answers in every
+    layout, and the fallback takes ki = 4 where it adds at most 1/8 of K."""
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, "llvm")
+    assert task.fallback_config()["tile_k"].size[-1] == 4
+    cfg = next(task.config(i) for i in task.space.valid_indices()
+               if task.config(i)["tile_k"].size[-1] == ki)  # the space has it
+    rng = np.random.default_rng(0)
+    a, b = random_inputs(wl, rng)
+    kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
+                            task.build(cfg))
+    np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
+
+
 def test_apply_history_best_uses_tuned_config_and_reports(tmp_path):
     wl = Workload.create("batch_matmul", (2, 32, 64, 32))
     other = Workload.create("dense", (16, 32, 16))

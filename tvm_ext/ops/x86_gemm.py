@@ -169,7 +169,7 @@ def fallback_tiles(wl, facts):
     xi = two vectors, yi as many rows as leave registers for the B vectors and a broadcast,
     ki = 4 (enough unrolled work to hide FMA latency), enough parallel tasks for every core.
     An axis without such a divisor (a prime, 509 columns) is padded up to the tile rather
-    than served by one-element tiles (0.04x numpy measured on 257x509x131)."""
+    than served by one-element tiles (0.04x numpy measured on 257x509x131); so is a prime K."""
     lanes = facts["vector_lanes"]
     regs = facts["vector_registers"]
     xi = largest_factor(wl.N, 2 * lanes, lanes) if wl.N >= lanes else wl.N
@@ -181,6 +181,8 @@ def fallback_tiles(wl, facts):
     if 2 * yi <= rows and wl.M > rows:  # few rows divide M: pad it to the register tile
         yi = rows
     ki = largest_factor(wl.K, 4)
+    if ki == 1 and 8 * -(-wl.K // 4) * 4 <= 9 * wl.K:  # a prime K: pad it to 4 unrolled
+        ki = 4  # steps (131 -> 132: 5% faster), where that adds at most 1/8 (the spaces' rule)
     col_tiles = -(-wl.N // xi)
     row_tiles = -(-wl.M // yi)
     tasks_wanted = 2 * facts["num_cores"]
