@@ -366,9 +366,9 @@ def _library_func(kernels, routes, family: Family, entry: str,
     each kernel for its buckets, the generic one for any other shape. ``kernels`` are the
     scheduled kernels ((func, size vars), the generic one last), ``granules[i]`` the sizes
     bucket kernel i takes a multiple of (its template's, as ``kernel_for`` sees them); each
-    branch binds its
-    kernel's size vars to the entry's and declares its buffers on the entry's data, so one
-    function holds every kernel (a GPU kernel's launches are split off by the usual passes)."""
+    branch binds its kernel's size vars to the entry's and declares its buffers on the
+    entry's data, so one function holds every kernel (a GPU kernel's launches are split off
+    by the usual passes)."""
     import tvm  # noqa: PLC0415
     from tvm import tirx  # noqa: PLC0415
     from tvm.tirx.buffer import buffer_data  # noqa: PLC0415

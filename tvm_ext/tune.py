@@ -245,7 +245,7 @@ def _fast_options(args):
 def _check_device(args, workloads) -> None:
     """Before anything is measured: this host can run ``workloads`` (a GPU for CUDA, memory
     for the buffers; an RPC farm's devices are the servers' concern) with the timing asked."""
-    from .measure.local import device_for  # noqa: PLC0415
+    from .measure.runner import device_for  # noqa: PLC0415
     from .measure.runner import check_host_can_run  # noqa: PLC0415
     from .measure.timing import resolve  # noqa: PLC0415
     options = args.measure_options

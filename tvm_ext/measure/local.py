@@ -7,16 +7,10 @@ from __future__ import annotations
 import time
 from typing import List, Optional, Sequence
 
-from ..codegen import use_host_cores
 from ..result import MeasureErrorNo, MeasureResult, error_line
 from ..task import InstantiationError, Task
 from .options import RunOptions
-from .runner import check_host_can_run, inputs_for, run_arrays
-
-
-def device_for(target):
-    import tvm  # noqa: PLC0415
-    return tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+from .runner import check_host_can_run, inputs_for, run_arrays, run_device
 
 
 class LocalMeasurer:
@@ -46,10 +40,8 @@ class LocalMeasurer:
         return self.run(task, ex, t0)
 
     def run(self, task: Task, ex, t0: float) -> MeasureResult:
-        dev = device_for(task.target)
+        dev = run_device(task.target)
         opts = self.options
-        if task.target.kind.name == "llvm":
-            use_host_cores()
         try:
             inputs, check = inputs_for(task.workload, opts.seed)
             mod = ex.mod if hasattr(ex, "mod") else ex

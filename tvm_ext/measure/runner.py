@@ -122,15 +122,24 @@ def load_in_worker(path):
     return True
 
 
+def device_for(target, device_id: int = 0):
+    import tvm  # noqa: PLC0415
+    return tvm.cuda(device_id) if target.kind.name == "cuda" else tvm.cpu(device_id)
+
+
+def run_device(target, device_id: int = 0):
+    """The device a measurer runs ``target``'s kernels on; a CPU kernel on every core this
+    process may use, as it will run (TVM's pool would take half the hardware threads: one
+    of two single-thread cores)."""
+    if target.kind.name == "llvm":
+        use_host_cores()
+    return device_for(target, device_id)
+
+
 def run_in_worker(task_payload, path, device_id, options: RunOptions):
     """Check and time a library (loaded by load_in_worker, or now) on ``device_id``."""
-    import tvm  # noqa: PLC0415
     task = task_in_worker(task_payload)
-    dev = tvm.cuda(device_id) if task.target.kind.name == "cuda" else tvm.cpu(device_id)
-    if task.target.kind.name == "llvm":
-        # On every core this process may use, as the kernel will run (TVM's pool would take
-        # half the hardware threads: one of two single-thread cores).
-        use_host_cores()
+    dev = run_device(task.target, device_id)
     mod = _loaded(path)
     _loaded.cache_clear()
     inputs, check = inputs_for(task.workload, options.seed)
