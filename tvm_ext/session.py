@@ -33,8 +33,9 @@ CONFIG_ERRORS = frozenset({MeasureErrorNo.NO_ERROR, MeasureErrorNo.INSTANTIATION
                            MeasureErrorNo.COMPILE_HOST, MeasureErrorNo.COMPILE_DEVICE,
                            MeasureErrorNo.WRONG_ANSWER})
 
-# CUDA libraries are compiled when they are loaded: 4 loader processes per GPU keep nvcc off
-# the critical path of the timed runs.
+# Runner processes per GPU; they take turns on the device's lock. Loading a library cost ~0 s
+# with TVM_CUDA_COMPILE_MODE=nvcc on an H100 host (2026-11-25; NVRTC's mode not measured).
+# A runner whose kernel killed it is restarted while the others go on.
 CUDA_LOADERS_PER_DEVICE = 4
 
 
@@ -71,7 +72,9 @@ def make_measurer(target, options: Optional[MeasureOptions] = None):
         return LocalMeasurer(options.run)
     if target.kind.name == "cuda" and options.runners_per_device == 1:
         options = replace(options, runners_per_device=CUDA_LOADERS_PER_DEVICE)
-    return PoolMeasurer(options)
+    measurer = PoolMeasurer(options)
+    measurer.warm(target)  # its processes start while the tuner ranks its first configs
+    return measurer
 
 
 def prepare(task, *, tuner: Union[str, Tuner] = "xgb", seed: int = 0, log=None,
@@ -176,12 +179,14 @@ def tune_task(task, log=None, *, trials: int, tuner: Union[str, Tuner, Prepared]
     """Tune ``task`` for ``trials`` configs into ``log`` (appended to; None: no log). A
     ``measurer`` given is used and left open; otherwise one is made from ``measure_options``
     and closed at the end. ``tuner`` may be a name, a Tuner, or ``prepare``'s result."""
-    prepared = tuner if isinstance(tuner, Prepared) else \
-        prepare(task, tuner=tuner, seed=seed, log=log, resume=resume, transfer=transfer)
-    writers = [record.LogWriter(log)] if log is not None else []
     own = measurer is None
     measurer = measurer or make_measurer(task.target, measure_options)
     try:
+        if hasattr(measurer, "warm"):  # builders ready for the task while the tuner ranks
+            measurer.warm(task.target, task=task)
+        prepared = tuner if isinstance(tuner, Prepared) else \
+            prepare(task, tuner=tuner, seed=seed, log=log, resume=resume, transfer=transfer)
+        writers = [record.LogWriter(log)] if log is not None else []
         return tune_loop(task, prepared.tuner, measurer, n_trial=trials, batch_size=batch_size,
                          early_stopping=early_stopping, stop_at_cost=stop_at_cost,
                          callbacks=[*writers, *callbacks])
@@ -222,11 +227,18 @@ def tune_templates(tasks: Sequence, log=None, *, trials: int,
         raise TvmExtError("tune_templates tunes one workload on distinct templates; got "
                           + ", ".join(f"{t.name} for {t.workload}" for t in tasks))
     check_loop_options(n_trial=trials, batch_size=batch_size, early_stopping=early_stopping)
-    tuners = [prepare(t, tuner=tuner if isinstance(tuner, str) else tuner(t), seed=seed,
-                      log=log, resume=resume, transfer=transfer).tuner for t in tasks]
-    writers = [record.LogWriter(log)] if log is not None else []
     own = measurer is None
     measurer = measurer or make_measurer(tasks[0].target, measure_options)
+    try:
+        for t in tasks if hasattr(measurer, "warm") else ():
+            measurer.warm(t.target, task=t)  # builders ready while the tuners rank
+        tuners = [prepare(t, tuner=tuner if isinstance(tuner, str) else tuner(t), seed=seed,
+                          log=log, resume=resume, transfer=transfer).tuner for t in tasks]
+    except BaseException:
+        if own and hasattr(measurer, "close"):
+            measurer.close()
+        raise
+    writers = [record.LogWriter(log)] if log is not None else []
     total = TuneSummary()
     parts = {t.name: TuneSummary() for t in tasks}
     batches = {t.name: 0 for t in tasks}

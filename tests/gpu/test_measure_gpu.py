@@ -29,3 +29,37 @@ def test_graph_timing_matches_evaluator_on_long_kernels_and_lowers_short_ones():
             assert abs(cost["graph"] / cost["evaluator"] - 1) < 0.1, cost
         else:
             assert cost["graph"] <= cost["evaluator"] * 1.05, cost
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_large_output_is_inspected_on_the_device(dtype):
+    """An output checked at sampled positions (over 16M elements) is inspected on the GPU: the
+    poison's NaNs all counted, one NaN left unwritten found, a wrong sampled value found, the
+    right output passed; and the reset poisons it again."""
+    import numpy as np
+    import tvm
+    from tvm_ext.measure.check import reference_matmul, seeded_data
+    from tvm_ext.measure.device_args import DeviceArgs
+    from tvm_ext.target import default_target
+    wl = Workload.create("batch_matmul", (3, 2500, 2300, 8), dtype, dtype)
+    inputs, check = seeded_data(wl, 0)
+    assert check.idx is not None
+    data = DeviceArgs(wl, tvm.cuda(0), inputs, check, target=default_target(),
+                      free_bytes=1 << 34)
+    size = int(np.prod(wl.out_shape))
+    data.reset()
+    assert data.problem() == f"{size} of {size} elements not written (still NaN)"
+    right = reference_matmul(wl, *inputs).astype(dtype)
+    data.out.copyfrom(right)
+    assert data.problem() is None
+    hole = right.copy()
+    hole.flat[size - 1] = np.nan
+    data.out.copyfrom(hole)
+    assert data.problem() == f"1 of {size} elements not written (still NaN)"
+    wrong = right.copy()
+    wrong[check.idx[0][0], check.idx[1][0], check.idx[2][0]] += 100
+    data.out.copyfrom(wrong)
+    assert "1 of 65536 sampled elements differ" in data.problem()
+    data.reset()
+    assert np.isnan(data.out.numpy()).all()

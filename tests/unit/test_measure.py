@@ -64,7 +64,7 @@ def test_pool_measures_valid_configs(tmp_path, cache_flush, caplog):
     assert all(r.ok and len(r.costs) == 2 and r.costs[0] > 0 for r in res)
     # where a batch's time went (bench.proposer --trace): its builds, then its runs
     phases = [r.getMessage() for r in caplog.records if "configs built in" in r.getMessage()]
-    assert len(phases) == 1 and "4 configs built in" in phases[0] and "4 run in" in phases[0]
+    assert len(phases) == 1 and "4 configs built in" in phases[0] and "4 run," in phases[0]
     assert sum("waited" in r.getMessage() for r in caplog.records) == 4
 
 

@@ -60,7 +60,12 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
     target = target or host_cpu_target()
     cuda = target.kind.name == "cuda"
     if cuda:  # as `python -m tvm_ext.tune` measures on a GPU: parallel builds, graph timing
+        start = time.time()
         measurer = make_measurer(target, MeasureOptions(n_parallel=os.cpu_count()))
+        # Once a process, not a workload's: said apart.
+        measurer.warm(target, intrinsics=True, wait=True)
+        print(f"measurer's processes started and the tensor-core intrinsics registered in "
+              f"{time.time() - start:.1f} s (once; not in the rows' top-k times)", flush=True)
     else:
         measurer = LocalMeasurer(RunOptions(number=1, repeat=2, min_repeat_ms=20))
     rows = []

@@ -58,7 +58,14 @@ class Builder:
     def out_dir(self) -> str:
         return self._tmp.name
 
-    def build(self, task_payload, configs) -> List[Built]:
+    def warm(self, intrinsics: bool = False) -> list:
+        """Start every worker now (``Worker.warm``), with the tensor-core intrinsics where
+        asked; their threads."""
+        return [w.warm((None, None, intrinsics)) for w in self._workers]
+
+    def build(self, task_payload, configs, on_built=None) -> List[Built]:
+        """Build ``configs``; ``on_built(k, built)`` is called as each one is done (from a
+        pool thread), so that a runner can start on it while the others build."""
         out: List[Built] = [None] * len(configs)  # type: ignore[list-item]
 
         def work(worker, job):
@@ -77,6 +84,8 @@ class Builder:
                 out[k] = Built(int(MeasureErrorNo.COMPILE_HOST), "build worker died", dt)
             else:
                 out[k] = Built(int(MeasureErrorNo.COMPILE_HOST), error_line(value, 300), dt)
+            if on_built is not None:
+                on_built(k, out[k])
 
         drain(self._workers, list(enumerate(configs)), work, stop=self._interrupted)
         return out

@@ -154,11 +154,16 @@ class OutputCheck:
     def __call__(self, out: np.ndarray) -> Optional[str]:
         """None if the output is right, else what is wrong (one line)."""
         floating = not self.wl.final_dtype.startswith(("int", "uint"))
-        if self.idx is not None and floating:
-            unwritten = int(np.isnan(out).sum())
-            if unwritten:
-                return f"{unwritten} of {out.size} elements not written (still NaN)"
-        got = (out if self.idx is None else out[self.idx]).astype(self.ref.dtype)
+        unwritten = int(np.isnan(out).sum()) if self.idx is not None and floating else 0
+        return self.verdict(out if self.idx is None else out[self.idx], unwritten)
+
+    def verdict(self, got: np.ndarray, unwritten: int = 0) -> Optional[str]:
+        """``__call__`` on what a device inspected: the output (whole) or its values at the
+        sample, and the NaNs of the whole poisoned output."""
+        if unwritten:
+            size = int(np.prod(self.wl.out_shape))
+            return f"{unwritten} of {size} elements not written (still NaN)"
+        got = got.astype(self.ref.dtype)
         ok = np.isclose(got, self.ref, rtol=self.rtol, atol=self.atol)
         if ok.all():
             return None

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence
 from ..result import MeasureErrorNo, MeasureResult, error_line
 from ..task import InstantiationError, Task
 from .options import RunOptions
-from .runner import check_host_can_run, inputs_for, run_arrays, run_device
+from .runner import check_host_can_run, run_checked, run_device
 
 
 class LocalMeasurer:
@@ -43,10 +43,8 @@ class LocalMeasurer:
         dev = run_device(task.target)
         opts = self.options
         try:
-            inputs, check = inputs_for(task.workload, opts.seed)
             mod = ex.mod if hasattr(ex, "mod") else ex
-            kind, payload = run_arrays(task.workload, mod, dev, inputs,
-                                       check if opts.check else None, opts)
+            kind, payload = run_checked(task, mod, dev, opts)
         except Exception as err:  # noqa: BLE001
             return MeasureResult.error(MeasureErrorNo.RUNTIME_DEVICE, error_line(err),
                                        time.time() - t0)

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import os
+import queue
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,8 @@ class Worker:
         # Held while a process is created or killed, so that an interrupt (``close`` from the
         # main thread) never misses a process that a pool thread is starting.
         self._lock = threading.Lock()
+        # Held through a call: a warm-up call (``warm``) and the first job wait for each other.
+        self._calling = threading.Lock()
         self._closed = False
 
     def _start(self):
@@ -49,6 +52,18 @@ class Worker:
 
     def call(self, fn, args, timeout: float) -> Tuple[str, Any]:
         """('ok', value) | ('error', exception) | ('timeout', None) | ('died', None)"""
+        with self._calling:
+            return self._call(fn, args, timeout)
+
+    def warm(self, args=(), timeout: float = 120.0) -> threading.Thread:
+        """Start the process now, in a thread, and import what its calls need
+        (``warm_in_worker(*args)``): a tuner's first batch then finds it ready."""
+        t = threading.Thread(target=self.call, args=(warm_in_worker, tuple(args), timeout),
+                             daemon=True)
+        t.start()
+        return t
+
+    def _call(self, fn, args, timeout: float) -> Tuple[str, Any]:
         try:
             if self._w is None:
                 self._start()
@@ -175,6 +190,33 @@ def drain(workers: Sequence[Any], jobs: List[Any], work: Callable[[Any, Any], bo
         ex.shutdown(wait=not interrupted, cancel_futures=interrupted)
 
 
+def drain_queue(workers: Sequence[Any], jobs: "queue.Queue", work: Callable[[Any, Any], Any]
+                ) -> threading.Thread:
+    """``drain`` for jobs that arrive while the workers run: every worker takes jobs from
+    ``jobs`` until it meets None (put after the last job), one thread per worker, in a
+    thread that this returns (join it; its ``error`` is what ``work`` raised, or None).
+    Stopping it is the caller's job (killing the workers makes their calls return at once)."""
+    def loop(worker):
+        while True:
+            job = jobs.get()
+            if job is None:
+                jobs.put(None)  # for the other workers
+                return
+            work(worker, job)
+
+    def run():
+        try:
+            with ThreadPoolExecutor(len(workers)) as ex:
+                list(ex.map(loop, workers))
+        except BaseException as err:  # noqa: BLE001  (handed to the joiner)
+            t.error = err
+
+    t = threading.Thread(target=run, daemon=True)
+    t.error = None
+    t.start()
+    return t
+
+
 def remove_quietly(path):
     try:
         os.remove(path)
@@ -183,6 +225,27 @@ def remove_quietly(path):
 
 
 # ---- inside the workers (module-level functions: workers import them by name) ----
+
+
+def warm_in_worker(device_type: Optional[str] = None, device_id: Optional[int] = None,
+                   intrinsics: bool = False) -> bool:
+    """Import TVM and the modules that builds and runs use; ``intrinsics``: also register the
+    CUDA tensor-core intrinsics (mma / wmma templates); for a CUDA runner (``device_id``)
+    also create the device's context and import torch (graph timing). Started with a tuner's
+    first batch on an H100 host, 16 builders and 4 runners cost it 10-12 s of its builds and
+    8.6 s of its first loads, and the intrinsics 16.7 s of the first mma build."""
+    from .. import task  # noqa: F401,PLC0415  (templates, spaces, codegen)
+    from . import builder, runner  # noqa: F401,PLC0415
+    if intrinsics:
+        from ..ops.cuda_tensorcore import intrin  # noqa: PLC0415
+        intrin.load_cuda()
+    if device_type == "cuda" and device_id is not None:
+        import tvm  # noqa: PLC0415
+
+        from .timing import _torch_cuda  # noqa: PLC0415
+        if tvm.cuda(device_id).exist:
+            _torch_cuda()
+    return True
 
 
 def task_payload(task) -> Dict[str, Any]:
