@@ -10,6 +10,7 @@ import time
 from typing import List, NamedTuple, Sequence
 
 from ..result import MeasureErrorNo, error_line
+from .warm import warm_in_worker
 from .worker import Worker, drain, task_in_worker
 
 
@@ -61,7 +62,7 @@ class Builder:
     def warm(self, intrinsics: bool = False) -> list:
         """Start every worker now (``Worker.warm``), with the tensor-core intrinsics where
         asked; their threads."""
-        return [w.warm((None, None, intrinsics)) for w in self._workers]
+        return [w.warm(warm_in_worker, (None, None, intrinsics)) for w in self._workers]
 
     def build(self, task_payload, configs, on_built=None) -> List[Built]:
         """Build ``configs``; ``on_built(k, built)`` is called as each one is done (from a

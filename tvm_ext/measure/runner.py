@@ -30,6 +30,7 @@ from .check import seeded_data
 from .device_args import DeviceArgs, inspector_for
 from .options import RPCConfig, RunOptions
 from .timing import time_module
+from .warm import warm_in_worker
 from .worker import Worker, drain, drain_queue, remove_quietly, task_in_worker
 
 logger = logging.getLogger("tvm_ext")
@@ -203,7 +204,7 @@ class ProcessRunner:
     def warm(self, device_type: str) -> list:
         """Start every worker now, with its device's context (``Worker.warm``); their
         threads."""
-        return [w.warm((device_type, d)) for w, d in self._workers]
+        return [w.warm(warm_in_worker, (device_type, d)) for w, d in self._workers]
 
     def _run_one(self, worker, device_id, task_payload, path) -> MeasureResult:
         t0 = time.time()

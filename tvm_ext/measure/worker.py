@@ -55,11 +55,18 @@ class Worker:
         with self._calling:
             return self._call(fn, args, timeout)
 
-    def warm(self, args=(), timeout: float = 120.0) -> threading.Thread:
-        """Start the process now, in a thread, and import what its calls need
-        (``warm_in_worker(*args)``): a tuner's first batch then finds it ready."""
-        t = threading.Thread(target=self.call, args=(warm_in_worker, tuple(args), timeout),
-                             daemon=True)
+    def warm(self, fn, args=(), timeout: float = 120.0) -> threading.Thread:
+        """Start the process now, in a thread, and call ``fn(*args)`` there (imports that its
+        calls need, ``measure.warm``): a tuner's first batch then finds it ready. A warm-up
+        that fails (the worker closed meanwhile: an interrupt) costs only the next call its
+        start."""
+        def quietly():
+            try:
+                self.call(fn, tuple(args), timeout)
+            except BaseException:  # noqa: BLE001  (nothing to report: see above)
+                pass
+
+        t = threading.Thread(target=quietly, daemon=True)
         t.start()
         return t
 
@@ -225,27 +232,6 @@ def remove_quietly(path):
 
 
 # ---- inside the workers (module-level functions: workers import them by name) ----
-
-
-def warm_in_worker(device_type: Optional[str] = None, device_id: Optional[int] = None,
-                   intrinsics: bool = False) -> bool:
-    """Import TVM and the modules that builds and runs use; ``intrinsics``: also register the
-    CUDA tensor-core intrinsics (mma / wmma templates); for a CUDA runner (``device_id``)
-    also create the device's context and import torch (graph timing). Started with a tuner's
-    first batch on an H100 host, 16 builders and 4 runners cost it 10-12 s of its builds and
-    8.6 s of its first loads, and the intrinsics 16.7 s of the first mma build."""
-    from .. import task  # noqa: F401,PLC0415  (templates, spaces, codegen)
-    from . import builder, runner  # noqa: F401,PLC0415
-    if intrinsics:
-        from ..ops.cuda_tensorcore import intrin  # noqa: PLC0415
-        intrin.load_cuda()
-    if device_type == "cuda" and device_id is not None:
-        import tvm  # noqa: PLC0415
-
-        from .timing import _torch_cuda  # noqa: PLC0415
-        if tvm.cuda(device_id).exist:
-            _torch_cuda()
-    return True
 
 
 def task_payload(task) -> Dict[str, Any]:
