@@ -88,3 +88,23 @@ def test_proposer_bench_compares_top_k_with_xgb(tmp_path):
                  "--json", str(out)]) == 0
     row, = json.loads(out.read_text())
     assert row["spearman"] is None and "xgb_best_ms" not in row
+
+
+def test_proposer_bench_measures_top_k_and_the_record_in_turn(tmp_path):
+    """``--log``: top-k's best and the log's record are measured again, in turn, and their
+    ratio is of those times (not of the tuner's least of 20 against one later time)."""
+    import json
+    from tvm_ext.bench.cpu import CPU_QUICK
+    from tvm_ext.bench.proposer import main
+    from tvm_ext.measure import MeasureOptions
+    from tvm_ext.session import tune_task
+    from tvm_ext.target import host_cpu_target
+    from tvm_ext.task import Task
+    log, out = tmp_path / "log.json", tmp_path / "rows.json"
+    tune_task(Task(CPU_QUICK["dense"], host_cpu_target()), log, trials=2, tuner="random",
+              measure_options=MeasureOptions(local=True))
+    assert main(["--quick", "--only", "dense", "--configs", "0", "--k", "2", "--log", str(log),
+                 "--json", str(out)]) == 0
+    row, = json.loads(out.read_text())
+    assert row["shipped_ms"] > 0 and row["topk_again_ms"] > 0
+    assert row["topk_vs_shipped"] == row["shipped_ms"] / row["topk_again_ms"]

@@ -2,7 +2,8 @@
 
 For each workload of the CPU suite (the host CPU, the template the strategy picks), or with
 ``--target cuda`` of the GPU suite (on a GPU: parallel nvcc builds, CUDA-graph timing as the
-tuner measures; ``--log`` adds the shipped record's time to the topk row):
+tuner measures; ``--log``: top-k's best and the shipped record measured again in turn, 3
+rounds, and compared):
 
 1. ``--configs`` valid configs drawn at random (seeded) are measured in this process; the
    proposer's estimate of each is compared with its time by rank correlation (Spearman);
@@ -114,13 +115,16 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
             if log:
                 with apply_history_best([log]):
                     _, choice = choose(wl, target)
-                if choice.tuned and choice.template == task.name:
-                    res = measurer.measure(task, [choice.config])[0]
-                    if res.ok:
-                        row["shipped_ms"] = res.mean * 1e3
-                        row["topk_vs_shipped"] = row["shipped_ms"] / row["topk_best_ms"]
-                        shipped = (f", {row['topk_vs_shipped']:.2f}x the shipped record "
-                                   f"({row['shipped_ms']:.3f} ms, re-measured now)")
+                ok = [(r.mean, c) for c, r in seen if r.ok]
+                if choice.tuned and choice.template == task.name and ok:
+                    again = in_turn(measurer, task, [min(ok, key=lambda x: x[0])[1],
+                                                     choice.config])
+                    if all(again):
+                        row["topk_again_ms"], row["shipped_ms"] = (t * 1e3 for t in again)
+                        row["topk_vs_shipped"] = row["shipped_ms"] / row["topk_again_ms"]
+                        shipped = (f", {row['topk_vs_shipped']:.2f}x the shipped record (both "
+                                   f"re-measured in turn: {row['topk_again_ms']:.4f} and "
+                                   f"{row['shipped_ms']:.4f} ms)")
             rows.append(row)
             if json_path:
                 with open(json_path, "w") as f:
@@ -136,6 +140,20 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
         if hasattr(measurer, "close"):
             measurer.close()
     return rows
+
+
+def in_turn(measurer, task, configs, rounds: int = 3) -> List:
+    """The best of ``rounds`` times of each config, measured in turn (one batch of all of them
+    a round): the same clock and temperature for each, and as many samples for each. Comparing
+    top-k's best as the tuner measured it (the least of 20 noisy times) with one later time of
+    the record put two rows of the H100 run at 0.92x and 0.94x and, the same configs in the
+    next process, at 1.00x and 0.97x. None for a config that failed every round."""
+    best: List = [None] * len(configs)
+    for _ in range(rounds):
+        for k, res in enumerate(measurer.measure(task, configs)):
+            if res.ok:
+                best[k] = res.mean if best[k] is None else min(best[k], res.mean)
+    return best
 
 
 def _compile(task, config) -> None:
@@ -203,8 +221,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the random configs (another "
                                                        "seed: points a model was not fitted to)")
     p.add_argument("--target", help="cuda: the GPU suite (default: the host CPU's suite)")
-    p.add_argument("--log", help="a shipped log: its record per workload is re-measured and "
-                                 "compared with top-k's best")
+    p.add_argument("--log", help="a shipped log: its record per workload and top-k's best "
+                                 "are measured again in turn (3 rounds) and compared")
     p.add_argument("--xgb", type=int, default=0, metavar="N",
                    help="also tune each workload with N XGB trials (a fresh log; XGB's first "
                         "plan is the proposer's top-k, so it ends no slower than top-k) and "

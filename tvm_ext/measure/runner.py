@@ -22,7 +22,6 @@ import threading
 import time
 from typing import Any, Dict, List, Sequence, Tuple
 
-
 from ..errors import TvmExtError
 from ..result import MeasureErrorNo, MeasureResult, error_line
 from ..codegen import use_host_cores
