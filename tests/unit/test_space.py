@@ -250,3 +250,11 @@ def test_compiled_expressions_agree_with_the_evaluator_on_every_shipped_space():
                     assert space.is_valid(config) == all(verdicts)
                 checked.add(template.name)
     assert len(checked) >= 10, checked
+
+
+def test_an_expression_too_deep_to_compile_is_evaluated_by_the_tree():
+    """A sum of 400 terms nests deeper than Python's parser allows as compiled calls: it falls
+    back to the tree evaluator instead of failing to load."""
+    from tvm_ext.space.expr import Expr
+    expr = Expr(" + ".join(["a"] * 400))
+    assert expr._fn is None and expr({"a": 2}) == 800

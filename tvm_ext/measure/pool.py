@@ -69,9 +69,9 @@ class PoolMeasurer:
         payload = task_payload(task)
         results: List[Optional[MeasureResult]] = [None] * len(configs)
         t0 = time.time()
-        if isinstance(self.runner, ProcessRunner):
+        if isinstance(self.runner, ProcessRunner) and task.target.kind.name == "cuda":
             ran, seconds = self._build_and_run(task, payload, configs, results)
-        else:  # an RPC farm takes the whole batch
+        else:  # a CPU kernel is timed on cores the builds would share; an RPC farm
             built = self.builder.build(payload, configs)
             todo = [(k, b.path_or_message, b.seconds) for k, b in enumerate(built)
                     if self._built(k, b, results)]
@@ -92,13 +92,16 @@ class PoolMeasurer:
         return b.error_no == 0
 
     def _build_and_run(self, task, payload, configs, results):
-        """Each config is run as soon as it is built, while the others build (the runners
-        take their turns on the device); returns (configs run, [build seconds, slowest])."""
+        """Each config is run as soon as it is built, while the others build (a GPU's
+        runners take their turns on the device; the builds keep to the CPU); returns (configs
+        run, [build seconds, slowest])."""
         jobs: "queue.Queue" = queue.Queue()
         ran = []
 
+        stopped = []
+
         def on_built(k, b):
-            if self._built(k, b, results):
+            if self._built(k, b, results) and not stopped:
                 ran.append(k)
                 jobs.put((k, b.path_or_message, b.seconds))
 
@@ -111,7 +114,8 @@ class PoolMeasurer:
                 jobs.put(None)
             seconds = [time.time() - t0, max((b.seconds for b in built), default=0.0)]
             thread.join()
-        except (KeyboardInterrupt, SystemExit):
+        except BaseException:  # Ctrl-C, or a bug: no runs go on behind the caller's back
+            stopped.append(True)
             self.runner.stop()
             raise
         if thread.error is not None:  # a bug of ours in a runner thread: not a config's fault

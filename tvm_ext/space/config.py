@@ -108,6 +108,9 @@ class _LazyNames(dict):
     def __contains__(self, key):
         return dict.__contains__(self, key) or key in self._lets
 
+    def get(self, key, default=None):  # a callable constraint's names.get(let) computes it
+        return self[key] if key in self else default
+
     def __missing__(self, key):
         expr = self._lets.get(key)
         if expr is None:

@@ -200,12 +200,11 @@ def _compiled(expr: str):
             return f"_f[{node.func.id!r}]({', '.join(src(a) for a in node.args)})"
         raise _Unsupported
 
-    try:
-        body = src(_parse(expr))
-    except _Unsupported:
-        return None
     scope = {"_c": consts, "_b": _binop, "_mul": _mul, "_add": _add, "_f": _FUNCS}
-    return eval(f"lambda _n: {body}", scope)  # noqa: S307  (our own source, from the AST)
+    try:
+        return eval(f"lambda _n: {src(_parse(expr))}", scope)  # noqa: S307  (our source)
+    except (_Unsupported, SyntaxError, RecursionError, MemoryError, ValueError):
+        return None  # e.g. a sum of 250 terms nests deeper than Python's parser allows
 
 
 def eval_expr(expr: str, names: Mapping[str, Any]):
