@@ -96,3 +96,15 @@ def test_kept_arguments_are_reset_and_replaced_after_a_wrong_output():
     assert run_checked(task, _Module(wl, write="wrong"), dev, opts)[0] == "wrong"
     other = Task(Workload.create("batch_matmul", (1, 8, 8, 4)), "llvm")
     assert kept_args(other, dev, opts.seed).wl == other.workload
+
+
+def test_a_local_measurer_frees_the_kept_arguments_when_closed():
+    from tvm_ext.measure import LocalMeasurer
+    from tvm_ext.measure import runner
+    wl = Workload.create("batch_matmul", (1, 8, 8, 4))
+    task = Task(wl, "llvm")
+    m = LocalMeasurer(number=1, repeat=1)
+    assert m.measure(task, [task.fallback_config()])[0].ok
+    assert runner._kept
+    m.close()
+    assert not runner._kept

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence
 from ..result import MeasureErrorNo, MeasureResult, error_line
 from ..task import InstantiationError, Task
 from .options import RunOptions
-from .runner import check_host_can_run, run_checked, run_device
+from .runner import check_host_can_run, release_kept, run_checked, run_device
 
 
 class LocalMeasurer:
@@ -20,6 +20,10 @@ class LocalMeasurer:
 
     def __init__(self, options: Optional[RunOptions] = None, **fields):
         self.options = options or RunOptions(**fields)
+
+    def close(self):
+        """Free the arguments kept for the last workload measured (see ``runner.kept_args``)."""
+        release_kept()
 
     def measure(self, task: Task, configs: Sequence) -> List[MeasureResult]:
         check_host_can_run(task.workload, task.target)  # before anything is built

@@ -80,6 +80,11 @@ def kept_args(task, dev, seed: int, *, fresh: bool = False, sharing: int = 1) ->
     return _kept[key]
 
 
+def release_kept() -> None:
+    """Free the arguments kept in this process."""
+    _kept.clear()
+
+
 def run_checked(task, mod, dev, options: RunOptions, *, sharing: int = 1):
     """``run_arrays`` on the task's arguments kept on ``dev`` between configs (see
     ``DeviceArgs``, ``kept_args``). A wrong output whose kept inputs (or poison) an earlier
