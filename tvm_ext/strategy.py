@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from .errors import TemplateError
-from .ops import cuda_simt, cuda_tensorcore, cuda_wgmma, x86_gemm
+from .ops import cuda_simt, cuda_tensorcore, cuda_wgmma, cuda_wgmma_ws, x86_gemm
 from .target import hardware_facts, target_info
 from .template import Template
 
@@ -20,6 +20,7 @@ BUILTIN = (
     cuda_simt.DENSE_SMALL_BATCH_CUDA,
     *cuda_tensorcore.TEMPLATES,
     cuda_wgmma.DENSE_WGMMA, cuda_wgmma.BATCH_MATMUL_WGMMA,
+    cuda_wgmma_ws.DENSE_WGMMA_WS, cuda_wgmma_ws.BATCH_MATMUL_WGMMA_WS,
 )
 
 _TEMPLATES: Dict[str, Template] = {t.name: t for t in BUILTIN}

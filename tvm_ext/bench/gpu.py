@@ -77,6 +77,17 @@ def f16_record_config(wl, target, logs):
     return (task, config) if task.space.is_valid(config) else None
 
 
+def warp_specialised(wl, target, tuned_template):
+    """The task of the warp-specialised wgmma template (``*_wgmma_ws.cuda``) where it applies
+    to ``wl`` and the tuned record is of another template; else None."""
+    from ..strategy import templates_for  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
+    name = f"{wl.op}_wgmma_ws.cuda"
+    if name == tuned_template or name not in [t.name for t in templates_for(wl, target)]:
+        return None
+    return Task(wl, target, template=name)
+
+
 def dlight_kernel(wl, target):
     """TVM 0.27's own default: dlight's GPU rules on the unscheduled compute."""
     import tvm  # noqa: PLC0415
@@ -159,6 +170,9 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
         twin = None if choice.tuned else f16_record_config(wl, target, logs)
         if twin is not None:
             builds.append(("f16 record", lambda: twin[0].build(twin[1])))
+        ws = warp_specialised(wl, target, choice.template)
+        if ws is not None:  # the TMA / warp-specialised / persistent kernel's fallback
+            builds.append(("warp-specialised", lambda: ws.build(ws.fallback_config())))
         for label, build in builds:
             launch = checked(label, build)
             if launch is not None:
@@ -176,7 +190,8 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
                               failed[label])
             print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]})", flush=True)
             rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],
-                            twin[0].name if label == "f16 record" else choice.template))
+                            twin[0].name if label == "f16 record" else
+                            ws.name if label == "warp-specialised" else choice.template))
             if label == "tuned" and label not in failed:
                 rows[-1].recorded_ms = choice.record_cost * 1e3
                 rows[-1].replay_ms = replay_record(task_t, choice.config)

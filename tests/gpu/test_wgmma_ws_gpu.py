@@ -1,0 +1,40 @@
+"""The warp-specialised, persistent Hopper templates on a GPU: numerics match numpy in the 4
+layouts, f16 and bf16, cooperative and pingpong consumers, with more tiles than SMs (each
+block walks several tiles, the ring's phases running on across them)."""
+
+import pytest
+
+from cuda_helpers import pool_failures
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+
+@pytest.mark.gpu
+def test_wgmma_ws_numerics_on_gpu():
+    import tvm
+    if tvm.cuda(0).compute_version != "9.0":
+        pytest.skip("wgmma and setmaxnreg need an sm_90 GPU")
+    target = cuda_target("sm_90")
+    coop = dict(consumers=2, pingpong=0, block_n=128, block_k=64, stages=4, wgmma_wait=0,
+                raster=4)
+    pingpong = dict(consumers=2, pingpong=1, block_n=128, block_k=64, stages=3, wgmma_wait=1,
+                    raster=2)
+    one = dict(consumers=1, pingpong=0, block_n=256, block_k=128, stages=2, wgmma_wait=0,
+               raster=1)
+    cases = []
+    for i, (op, shape, layout, dtype, out) in enumerate((
+            ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16"),
+            ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32"),
+            ("dense", (1024, 1024, 512), "TN", "float16", "float32"),
+            ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16"))):
+        task = Task(Workload.create(op, shape, dtype, out, layout=layout), target,
+                    template=f"{op}_wgmma_ws.cuda")
+        configs = [task.fallback_config()] + [task.config_with(k) for k in (coop, pingpong,
+                                                                            one)]
+        assert all(task.space.is_valid(c) for c in configs), \
+            [task.space.violations(c) for c in configs]
+        cases.append((task, configs))
+    n, failures = pool_failures(cases)
+    assert n == 16
+    assert not failures, "\n".join(failures)

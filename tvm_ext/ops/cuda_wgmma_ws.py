@@ -1,0 +1,320 @@
+"""Hopper GEMM, warp-specialised and persistent (sm_90a): ``dense_wgmma_ws.cuda`` and
+``batch_matmul_wgmma_ws.cuda``.
+
+The ``*_wgmma.cuda`` kernels (``cuda_wgmma.py``) copy their tiles with ``cp.async`` issued by
+every thread and compute one output tile per block. This template is the structure of
+CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the knobs:
+
+- **TMA.** A and B tiles come global -> shared by the Tensor Memory Accelerator
+  (``cp.async.bulk.tensor``), one instruction per 64-wide box, from tensor maps that the
+  host function encodes at each call (``runtime.cuTensorMapEncodeTiled``, passed to the
+  kernel as ``__grid_constant__`` parameters). The maps use the 128-byte swizzle, so the
+  shared tiles have exactly the layout of the cp.async template (``cuda_wgmma``'s module doc:
+  K-major ``[block_k / 64][rows][64]``, MN-major ``[rows / 64][block_k][64]``, 16-byte chunks
+  XOR-permuted by row) and the same wgmma descriptors read them.
+- **Warp specialisation.** Warpgroup 0 is the producer: one elected thread waits for a ring
+  slot to be free (its ``empty`` mbarrier), announces the slot's bytes on its ``full``
+  mbarrier (``arrive.expect_tx``) and issues the TMA loads; its registers are given back
+  (``setmaxnreg.dec`` to 40). Warpgroups 1..``consumers`` each own 64 rows of the block tile:
+  they wait on ``full``, issue one ``wgmma.m64n{block_n}k16`` per 16 of K, and release the
+  slot (one arrive per consumer warpgroup on ``empty``) once their MMAs that read it are
+  complete (``wgmma_wait`` batches left in flight); they take the registers
+  (``setmaxnreg.inc`` to 232).
+- **Persistent grid.** ``min(tiles, SMs)`` blocks walk the output tiles ``blockIdx.x +
+  i * gridDim.x`` in the grouped order of ``raster`` M tiles (L2 reuse). The ring's stages run
+  on across tiles: while the consumers store one tile's accumulators (registers -> global,
+  in pairs), the producer already loads the next tile's first stages.
+
+The mbarrier phases come from one running count of K steps per block (``g``): slot ``g %
+stages``, phase ``g // stages % 2``; the producer's first pass over the ring waits on the
+parity before the barrier's first phase, which is complete at initialisation.
+
+Measured (docs/BENCHMARKS.md, H100, ``python -m tvm_ext.bench --suite gpu``): its fallback
+is 7% faster than the shipped cp.async records on the f16 / bf16 8192^3 GEMMs (0.93-0.94x of
+cuBLAS against 0.87-0.88x, same process), and 2-3x slower where the output dominates (the
+attention scores, K = 128: 0.40x; 1024^3: 0.37x): its consumers store their accumulators
+from registers in 4-byte pairs, a write-back the one block an SM cannot hide. A staged
+epilogue (shared memory, then coalesced rows or a TMA store) is the next step; TVM's
+shared-memory sync planner refuses a shared C tile inside the warpgroups' branches ("Cannot
+insert syncs inside condition"), so it needs stores the planner does not see. Its priority
+is below the cp.async template's: the default stays that template, and tuning finds this
+one where it wins.
+
+Scope: as the cp.async template's exact kernel (the 4 layouts, f16 or bf16 in, the input's
+dtype or f32 out, M and N multiples of the block tile, K of ``block_k``), no shape families
+(no guarded kernel). The ring, its barriers and nothing else live in one dynamic shared
+buffer whose start is 1024-byte aligned (the swizzle is a function of the address).
+"""
+from __future__ import annotations
+
+from ..template import KernelTemplate
+from .common import fallback_raster
+from .cuda_wgmma import ROW_K, _wgmma_target, check_wgmma, descriptor_offsets
+
+#: Registers per thread after ``setmaxnreg``: the producer's and the consumers'.
+PRODUCER_REGS, CONSUMER_REGS = 40, 232
+
+
+def ws_smem_bytes(consumers, block_n, block_k, stages, pingpong=0):
+    """Bytes of the kernel's dynamic shared memory: the ring, 2 mbarriers a stage and one
+    a consumer (pingpong's turns)."""
+    block_m = 64 if pingpong else 64 * consumers
+    return (block_m + block_n) * block_k * 2 * stages + 16 * stages + 8 * consumers
+
+
+def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int,
+                  wgmma_wait: int, raster: int, num_sms: int, pingpong: int = 0,
+                  target=None):
+    """The PrimFunc of one config (see the module doc)."""
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.script import tirx as T  # noqa: PLC0415
+
+    batch, M, N, K = wl.batch, wl.M, wl.N, wl.K
+    BM, BN, BK, S = (64 if pingpong else 64 * consumers), block_n, block_k, stages
+    assert M % BM == 0 and N % BN == 0 and K % BK == 0 and BK % ROW_K == 0
+    assert 0 <= wgmma_wait <= 1
+    threads = 128 * (consumers + 1)
+    KT = K // BK
+    nbm, nbn = M // BM, N // BN
+    per_batch = nbm * nbn
+    tiles = batch * per_batch
+    grid = min(tiles, num_sms)
+    iters = (tiles + grid - 1) // grid
+    group = max(1, min(raster, nbm))
+    a_elems, b_elems = BM * BK, BN * BK
+    ring_elems = S * (a_elems + b_elems)
+    n_acc = BN // 2
+    out = wl.out_dtype
+    ind = wl.dtype
+    trans_a, trans_b = int(wl.transpose_a), int(not wl.transpose_b)  # wgmma's: 1 = MN-major
+    shape = getattr(T.ptx.wgmma.mma_async.sync.aligned, f"m64n{BN}k16").f32
+    mma = shape.bf16.bf16 if ind == "bfloat16" else shape.f16.f16
+    is_bmm = wl.op == "batch_matmul"
+    lead = (batch,) if is_bmm else ()
+    a_shape = lead + ((K, M) if wl.transpose_a else (M, K))
+    b_shape = lead + ((N, K) if wl.transpose_b else (K, N))
+    c_shape = lead + (M, N)
+    a_km, b_km = not wl.transpose_a, wl.transpose_b  # K-major: A [M, K], B [N, K]
+    lbo_a, sbo_a = descriptor_offsets(a_km, BK)
+    lbo_b, sbo_b = descriptor_offsets(b_km, BK)
+    stage_bytes = (a_elems + b_elems) * 2
+    rank = 3 if is_bmm else 2
+    tma = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global"
+           ".mbarrier::complete_tx::bytes")
+
+    def map_args(kmajor, rows, cols, R):
+        """(dims, byte strides, box) of the tensor map of an operand stored [rows][cols]
+        (innermost last), tiles of R rows (M or N): K-major boxes 64 of K x R rows,
+        MN-major boxes 64 rows x BK of K."""
+        dims = [cols, rows] + ([batch] if is_bmm else [])
+        strides = [cols * 2] + ([rows * cols * 2] if is_bmm else [])
+        box = [ROW_K, R if kmajor else BK] + ([1] if is_bmm else [])
+        return dims, strides, box
+
+    a_rows, a_cols = a_shape[-2:]
+    b_rows, b_cols = b_shape[-2:]
+    a_map = map_args(a_km, a_rows, a_cols, BM)
+    b_map = map_args(b_km, b_rows, b_cols, BN)
+
+    def desc_offset(slot, R, r0, kk, kmajor):  # as cuda_wgmma's (16-byte units)
+        if kmajor:
+            return (slot * R * BK + (kk * 16 // ROW_K * R + r0) * ROW_K) // 8 + kk % 4 * 2
+        return (slot * R * BK + r0 * BK) // 8 + kk * 16 * ROW_K // 8
+
+    def nboxes(kmajor, R):
+        """TMA boxes of a tile: 64 of K (K-major) or 64 rows (MN-major) each."""
+        return BK // ROW_K if kmajor else R // ROW_K
+
+    def box(kmajor, R, q):
+        """(element offset in a slot, row offset, k offset) of TMA box q of a tile."""
+        if kmajor:
+            return q * R * ROW_K, 0, q * ROW_K
+        return q * BK * ROW_K, q * ROW_K, 0
+
+    def coords(kmajor, r, k, bz):
+        c = [k, r] if kmajor else [r, k]
+        return c + ([bz] if is_bmm else [])
+
+    attrs = {"global_symbol": "main", "tirx.noalias": True}
+    if target is not None:
+        attrs["target"] = _wgmma_target(target)
+    dyn_bytes = ring_elems * 2 + 16 * S + 8 * consumers
+    pp = bool(pingpong)
+    empty_count = 1 if pp else consumers  # arrivals that free a slot
+    n_order = consumers if pp else 0  # the pingpong consumers' turn barriers
+
+    def mine(i, cw):
+        """Whether consumer cw computes the block's tile i (pingpong: every other one)."""
+        return i % consumers == cw if pp else T.bool(True)
+
+    def row0(cw):  # the first row of the block tile that consumer cw computes
+        return 0 if pp else cw * 64
+
+    @T.prim_func
+    def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
+               C: T.Buffer(c_shape, out)):
+        T.func_attr(attrs)
+        A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, ind, rank, A.data,
+                      *a_map[0], *a_map[1], *a_map[2], *([1] * rank), 0, 3, 2, 0)
+        B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, ind, rank, B.data,
+                      *b_map[0], *b_map[1], *b_map[2], *([1] * rank), 0, 3, 2, 0)
+        bx = T.launch_thread("blockIdx.x", grid)
+        tx = T.launch_thread("threadIdx.x", threads)
+        pool = T.alloc_buffer((dyn_bytes,), "uint8", scope="shared.dyn")
+        smem = T.decl_buffer((ring_elems,), ind, data=pool.data, scope="shared.dyn")
+        bars = T.decl_buffer((2 * S + consumers,), "uint64", data=pool.data,
+                             elem_offset=ring_elems // 4,
+                             scope="shared.dyn")
+        acc = T.alloc_buffer((n_acc,), "float32", scope="local")
+        da = T.alloc_buffer((1,), "uint64", scope="local")
+        db = T.alloc_buffer((1,), "uint64", scope="local")
+        wg = T.meta_var(tx // 128)
+        lane = T.meta_var(tx % 128)
+        if tx == 0:
+            for s in T.unroll(S):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[s]), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[S + s]),
+                                               T.uint32(empty_count))
+            for c in T.unroll(n_order):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(bars[2 * S + c]), T.uint32(1))
+            T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        if wg == 0:
+            T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGS)
+            if tx == 0:
+                for i in T.serial(iters):
+                    t = T.meta_var(bx + i * grid)
+                    if t < tiles:
+                        tb = T.meta_var(tirx.truncmod(t, per_batch))
+                        first = T.meta_var(tirx.truncdiv(tb, group * nbn) * group)
+                        rows = T.meta_var(T.min(nbm - first, group))
+                        bm = T.meta_var(first + tirx.truncmod(tirx.truncmod(tb, group * nbn),
+                                                              rows))
+                        bn = T.meta_var(tirx.truncdiv(tirx.truncmod(tb, group * nbn), rows))
+                        bz = T.meta_var(tirx.truncdiv(t, per_batch))
+                        for kt in T.serial(KT):
+                            g = T.meta_var(i * KT + kt)
+                            slot = T.meta_var(tirx.truncmod(g, S))
+                            T.cuda.mbarrier_wait(T.address_of(bars[S + slot]),
+                                                 tirx.truncmod(tirx.truncdiv(g, S), 2) ^ 1)
+                            T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+                                T.address_of(bars[slot]), T.uint32(stage_bytes))
+                            for q in T.unroll(nboxes(a_km, BM)):
+                                off, r0, k0 = T.meta_var(box(a_km, BM, q))
+                                T.ptx[tma](T.address_of(smem[slot * a_elems + off]),
+                                           T.address_of(A_map),
+                                           *coords(a_km, bm * BM + r0, kt * BK + k0, bz),
+                                           T.address_of(bars[slot]))
+                            for q in T.unroll(nboxes(b_km, BN)):
+                                off, r0, k0 = T.meta_var(box(b_km, BN, q))
+                                T.ptx[tma](T.address_of(smem[S * a_elems + slot * b_elems
+                                                             + off]),
+                                           T.address_of(B_map),
+                                           *coords(b_km, bn * BN + r0, kt * BK + k0, bz),
+                                           T.address_of(bars[slot]))
+        else:
+            T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGS)
+            cw = T.meta_var(wg - 1)  # this consumer: its 64 rows, or (pingpong) its tiles
+            r0 = T.meta_var(row0(cw))
+            T.cuda.wgmma.encode_matrix_descriptor(da.data, T.address_of(smem[0]),
+                                                  lbo_a, sbo_a, 3)
+            T.cuda.wgmma.encode_matrix_descriptor(db.data, T.address_of(smem[S * a_elems]),
+                                                  lbo_b, sbo_b, 3)
+            for i in T.serial(iters):
+                t = T.meta_var(bx + i * grid)
+                if t < tiles and mine(i, cw):
+                    tb = T.meta_var(tirx.truncmod(t, per_batch))
+                    first = T.meta_var(tirx.truncdiv(tb, group * nbn) * group)
+                    rows = T.meta_var(T.min(nbm - first, group))
+                    bm = T.meta_var(first + tirx.truncmod(tirx.truncmod(tb, group * nbn), rows))
+                    bn = T.meta_var(tirx.truncdiv(tirx.truncmod(tb, group * nbn), rows))
+                    bz = T.meta_var(tirx.truncdiv(t, per_batch))
+                    for j in T.unroll(n_acc):
+                        acc[j] = T.float32(0)
+                    if pp:
+                        # mainloops in turn: every earlier tile's K steps were consumed, so
+                        # a full barrier's parity names this tile's fill, not an older one
+                        T.cuda.mbarrier_wait(T.address_of(bars[2 * S + cw]),
+                                             tirx.truncmod(i // consumers, 2) ^ (cw == 0))
+                    for kt in T.serial(KT):
+                        g = T.meta_var(i * KT + kt)
+                        slot = T.meta_var(tirx.truncmod(g, S))
+                        T.cuda.mbarrier_wait(T.address_of(bars[slot]),
+                                             tirx.truncmod(tirx.truncdiv(g, S), 2))
+                        T.ptx.wgmma.fence.sync.aligned()
+                        for kk in T.unroll(BK // 16):
+                            mma(*[acc[j] for j in range(n_acc)],
+                                da[0] + T.uint64(desc_offset(slot, BM, 0, kk, a_km)
+                                                 + r0 // 64 * (64 * ROW_K // 8 if a_km
+                                                               else 64 * BK // 8)),
+                                db[0] + T.uint64(desc_offset(slot, BN, 0, kk, b_km)),
+                                T.bool(True), 1, 1, trans_a, trans_b)
+                        T.ptx.wgmma.commit_group.sync.aligned()
+                        T.ptx.wgmma.wait_group.sync.aligned(wgmma_wait)
+                        if wgmma_wait == 0:
+                            if lane == 0:
+                                T.ptx.mbarrier.arrive.shared.b64(
+                                    T.address_of(bars[S + slot]), T.uint32(1))
+                        else:
+                            if lane == 0 and kt > 0:
+                                T.ptx.mbarrier.arrive.shared.b64(
+                                    T.address_of(bars[S + tirx.truncmod(g + S - 1, S)]),
+                                    T.uint32(1))
+                    if wgmma_wait > 0:
+                        T.ptx.wgmma.wait_group.sync.aligned(0)
+                        if lane == 0:
+                            T.ptx.mbarrier.arrive.shared.b64(
+                                T.address_of(bars[S + tirx.truncmod(i * KT + KT - 1, S)]),
+                                T.uint32(1))
+                    if pp:
+                        if lane == 0:
+                            T.ptx.mbarrier.arrive.shared.b64(
+                                T.address_of(bars[2 * S + tirx.truncmod(cw + 1, consumers)]),
+                                T.uint32(1))
+                    for j in T.unroll(BN // 8):
+                        for h in T.unroll(2):
+                            for v in T.vectorized(2):
+                                C[(bz,) * is_bmm + (bm * BM + r0 + lane // 32 * 16
+                                                    + lane % 32 // 4 + h * 8,
+                                                    bn * BN + j * 8 + lane % 4 * 2
+                                                    + v)] = \
+                                    T.Cast(out, acc[j * 4 + h * 2 + v])
+
+    return kernel
+
+
+def kernel_from_config(wl, cfg, facts, target, sizes=None):
+    assert sizes is None, "the warp-specialised template has no shape-family kernel"
+    return wgmma_ws_gemm(wl, consumers=cfg["consumers"].val, block_n=cfg["block_n"].val,
+                         block_k=cfg["block_k"].val, stages=cfg["stages"].val,
+                         wgmma_wait=cfg["wgmma_wait"].val, raster=cfg["raster"].val,
+                         pingpong=cfg["pingpong"].val, num_sms=facts["num_sms"],
+                         target=target)
+
+
+def fallback_ws(space, wl, facts):
+    """Untuned: the best config of a first H100 exploration on 8192^3: two cooperative
+    consumers of 64 x 256 (128 x 256 tiles) in 64-deep stages, as many (up to 4) as the
+    shared memory holds, each K step's MMAs finished before its slot is freed; narrower
+    tiles where N or M does not take them (pingpong's 64-row tiles where M is an odd
+    multiple of 64)."""
+    bn = next(b for b in (256, 128, 64) if wl.N % b == 0)
+    pingpong = int(wl.M % 128 != 0)
+    bm = 64 if pingpong else 128
+    per_stage = (bm + bn) * ROW_K * 2
+    stages = max(2, min(4, (facts["max_shared_memory_optin"] - 64) // per_stage))
+    return {"consumers": 2, "pingpong": pingpong, "block_n": bn, "block_k": ROW_K,
+            "stages": stages, "wgmma_wait": 0,
+            "raster": fallback_raster(wl, facts, bm, bn)}
+
+
+def _template(op):
+    return KernelTemplate(
+        name=f"{op}_wgmma_ws.cuda", op=op, target_kind="cuda", kernel=kernel_from_config,
+        fallback=fallback_ws, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=3)
+
+
+DENSE_WGMMA_WS = _template("dense")
+BATCH_MATMUL_WGMMA_WS = _template("batch_matmul")
