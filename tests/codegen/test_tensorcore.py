@@ -58,8 +58,8 @@ def test_strategy_offers_tensor_cores_first_for_f16_and_int8():
     target = cuda_target("sm_90")
     f16 = [t.name for t in templates_for(Workload.create("dense", (512, 64, 512), "float16"),
                                          target)]
-    assert f16 == ["dense_wgmma.cuda", "dense_mma.cuda", "dense_tensorcore.cuda",
-                   "dense_large_batch.cuda"]  # wgmma: sm_90, NT, multiples of 64
+    assert f16 == ["dense_wgmma.cuda", "dense_mma.cuda", "dense_wgmma_ws.cuda",
+                   "dense_tensorcore.cuda", "dense_large_batch.cuda"]  # wgmma: sm_90, 64s
     i8 = [t.name for t in templates_for(Workload.create("batch_matmul", (4, 64, 64, 64), "int8"),
                                         target)]
     assert i8 == ["batch_matmul_mma.cuda", "batch_matmul_tensorcore.cuda"]
