@@ -220,7 +220,7 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
                 f"{'of the anchor matmul ' if anchor else ''}tuned on {describe(best.target)}"
         try:
             task = Task(workload, target, template=best.task_name)
-        except TvmExtError as err:  # e.g. a wgmma record: that template has no epilogue
+        except TvmExtError as err:  # e.g. a record of a template that takes no epilogue
             ctx.report.skipped.append(f"{label}: {err}")
             continue
         if schedulable and not task.template.schedulable:

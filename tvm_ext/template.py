@@ -11,7 +11,8 @@
 
 A subgraph task (``Workload.epilogue``: bias, activation, cast, requantize after the matmul) is
 the template's kernel with ``epilogue_compute``'s blocks after the matmul, computed in its
-write-back (``ScheduleTemplate.schedule_fused``); a KernelTemplate takes none.
+write-back (``ScheduleTemplate.schedule_fused``); a KernelTemplate with ``epilogues`` computes
+``epilogue_value`` in the write-back of the kernel it writes (the wgmma templates).
 
 Both have the same rest: knobs as data in ``tuning_spaces/<name>.json`` (axes named M, N, K, B),
 ``fallback(space, workload, facts)`` -> knob values to use without a tuned record, and
@@ -33,54 +34,74 @@ ALL_LAYOUTS = ("NN", "NT", "TN", "TT")
 EPILOGUE_BLOCK = "E{}"
 
 
-def epilogue_compute(wl, C):
-    """TE tensors of ``wl``'s epilogue on the matmul output ``C``: ([extra placeholders in
-    ``wl.epilogue_inputs()`` order], the output). One block per op, ``EPILOGUE_BLOCK``."""
+def _epilogue_op(name, arg, dt, X):
+    """fn(x, idx) of one epilogue op on the value so far ``x`` at output index ``idx``;
+    ``X`` is its extra input (a TE tensor or a TIR buffer: bias, residual), else None."""
     import math  # noqa: PLC0415
 
     from tvm import te, tirx  # noqa: PLC0415
 
+    def load(idx):
+        return X(*idx) if isinstance(X, te.Tensor) else X[tuple(idx)]
+
+    if name == "bias":
+        return lambda x, idx: x + load(idx[-1:])
+    if name == "residual":
+        return lambda x, idx: x + load(idx)
+    if name == "relu":
+        return lambda x, idx: tirx.max(x, tirx.const(0, dt))
+    if name == "gelu":
+        half, rsqrt2 = tirx.const(0.5, dt), tirx.const(1 / math.sqrt(2), dt)
+        return lambda x, idx: x * (half + tirx.erf(x * rsqrt2) * half)
+    if name == "silu":
+        return lambda x, idx: x * tirx.sigmoid(x)
+    if name == "exp":
+        return lambda x, idx: tirx.exp(x)
+    if name == "scale":
+        return lambda x, idx: x * tirx.const(float(arg), dt)
+    if name == "cast":
+        return lambda x, idx: x.astype(arg)
+    scale = tirx.const(float(arg), "float32")  # requant: int32 -> int8
+    lo, hi = tirx.const(-128.0, "float32"), tirx.const(127.0, "float32")
+    return lambda x, idx: tirx.min(tirx.max(tirx.nearbyint(x.astype("float32") * scale),
+                                            lo), hi).astype("int8")
+
+
+def _epilogue_ops(wl, extras):
+    """[fn(x, idx)] of ``wl``'s epilogue ops; ``extras``: its extra inputs in
+    ``wl.epilogue_inputs()`` order (TE tensors or TIR buffers)."""
     from .workload import epilogue_dtypes, parse_epilogue  # noqa: PLC0415
 
-    def op_of(name, arg, dt, X):
-        """fn(x, idx) of one op (x: the value so far, idx: the output index)."""
-        if name == "bias":
-            return lambda x, idx: x + X[idx[-1]]
-        if name == "residual":
-            return lambda x, idx: x + X(*idx)
-        if name == "relu":
-            return lambda x, idx: tirx.max(x, tirx.const(0, dt))
-        if name == "gelu":
-            half, rsqrt2 = tirx.const(0.5, dt), tirx.const(1 / math.sqrt(2), dt)
-            return lambda x, idx: x * (half + tirx.erf(x * rsqrt2) * half)
-        if name == "silu":
-            return lambda x, idx: x * tirx.sigmoid(x)
-        if name == "exp":
-            return lambda x, idx: tirx.exp(x)
-        if name == "scale":
-            return lambda x, idx: x * tirx.const(float(arg), dt)
-        if name == "cast":
-            return lambda x, idx: x.astype(arg)
-        scale = tirx.const(float(arg), "float32")  # requant: int32 -> int8
-        lo, hi = tirx.const(-128.0, "float32"), tirx.const(127.0, "float32")
-        return lambda x, idx: tirx.min(tirx.max(tirx.nearbyint(x.astype("float32") * scale),
-                                                lo), hi).astype("int8")
+    dtypes = epilogue_dtypes(wl.epilogue, wl.out_dtype)
+    inputs = iter(extras)
+    return [_epilogue_op(name, arg, dtypes[i],
+                         next(inputs) if name in ("bias", "residual") else None)
+            for i, (name, arg) in enumerate(parse_epilogue(wl.epilogue))]
+
+
+def epilogue_value(wl, x, idx, extras):
+    """The epilogue of ``wl`` on one matmul output value ``x`` (a PrimExpr of
+    ``wl.out_dtype``) at output index ``idx``, reading its extra inputs from the TIR buffers
+    ``extras`` (``wl.epilogue_inputs()`` order): what a kernel template computes in its
+    write-back. The same ops, in the same dtypes, as ``epilogue_compute``'s blocks."""
+    for fn in _epilogue_ops(wl, extras):
+        x = fn(x, idx)
+    return x
+
+
+def epilogue_compute(wl, C):
+    """TE tensors of ``wl``'s epilogue on the matmul output ``C``: ([extra placeholders in
+    ``wl.epilogue_inputs()`` order], the output). One block per op, ``EPILOGUE_BLOCK``."""
+    from tvm import te  # noqa: PLC0415
+
+    extras = [te.placeholder(shape, dt, name=name) for name, shape, dt in wl.epilogue_inputs()]
 
     def block(cur, fn):
         return lambda *idx: fn(cur(*idx), idx)
 
-    extras = []
     cur = C
-    dtypes = epilogue_dtypes(wl.epilogue, wl.out_dtype)
-    inputs = iter(wl.epilogue_inputs())
-    for i, (name, arg) in enumerate(parse_epilogue(wl.epilogue)):
-        X = None
-        if name in ("bias", "residual"):
-            pname, shape, pdt = next(inputs)
-            X = te.placeholder(shape, pdt, name=pname)
-            extras.append(X)
-        cur = te.compute(C.shape, block(cur, op_of(name, arg, dtypes[i], X)),
-                         name=EPILOGUE_BLOCK.format(i))
+    for i, fn in enumerate(_epilogue_ops(wl, extras)):
+        cur = te.compute(C.shape, block(cur, fn), name=EPILOGUE_BLOCK.format(i))
     return extras, cur
 
 
@@ -188,6 +209,9 @@ class ScheduleTemplate(Template):
 @dataclass(frozen=True)
 class KernelTemplate(Template):
     kernel: Callable = None
+    # Whether its kernel computes a subgraph task's epilogue in its write-back
+    # (``epilogue_value``; the epilogue's inputs are parameters between B and C).
+    epilogues: bool = False
 
     def __post_init__(self):
         if self.kernel is None:
@@ -198,7 +222,7 @@ class KernelTemplate(Template):
         return self.kernel.__module__
 
     def why_not(self, workload, facts) -> Optional[str]:
-        if workload.epilogue:
+        if workload.epilogue and not self.epilogues:
             return f"{self.name} writes its own kernel, without epilogues"
         return super().why_not(workload, facts)
 

@@ -25,10 +25,29 @@ CASES = [
 @pytest.mark.parametrize("wl", CASES, ids=str)
 def test_subgraph_kernels_compile_with_nvcc(wl):
     names = [t.name for t in templates_for(wl, TARGET)]
-    assert names and not any("wgmma" in n for n in names)  # wgmma has no epilogue
+    # the wgmma kernel templates compute the epilogue in their own write-back (sm_90a)
+    assert names and any("wgmma" in n for n in names) == (wl.dtype == "float16" and
+                                                         wl.M % 64 == 0 and wl.N % 64 == 0)
     for name in names:
         task = Task(wl, TARGET, template=name)
         picks = task.space.random_valid(np.random.default_rng(0), 1, max_draws=200000)
-        for cfg in [task.fallback_config()] + [task.config(i) for i in picks]:
+        sampled = [] if "wgmma" in name else [task.config(i) for i in picks]  # (CI time)
+        for cfg in [task.fallback_config()] + sampled:
             src = cuda_source(task, cfg)
-            assert len(nvcc_cubin(src, TARGET, "sm_90")) > 1000, (name, cfg)
+            arch = "sm_90a" if "wgmma" in name else "sm_90"
+            assert len(nvcc_cubin(src, TARGET, arch)) > 1000, (name, cfg)
+
+
+def test_relax_fused_f16_function_takes_the_wgmma_kernel():
+    """A fused f16 matmul + bias + relu of a Relax model on sm_90 gets the wgmma kernel with
+    the epilogue in its write-back (its parameters are the fused function's)."""
+    import tvm_ext
+    from relax_helpers import bias_relu_model
+    from tvm_ext.relax.apply import ApplyTunedKernels
+    from tvm_ext.relax.subgraph import fuse
+    mod, epilogues = fuse(bias_relu_model((2, 128, 256), (2, 256, 512), "float16"))
+    with tvm_ext.apply_history_best([]):
+        apply = ApplyTunedKernels(TARGET, epilogues)
+        apply(mod)
+    assert [(str(wl), name) for _, wl, name, _ in apply.replaced] == \
+        [("batch_matmul 2x128x512x256 float16->float16 NN +bias+relu", "batch_matmul_wgmma.cuda")]

@@ -1,5 +1,5 @@
 """Subgraph tasks on the GPU: the fused kernels of every CUDA template that takes an epilogue
-(tensor cores and CUDA cores), int8 with requantize to int8 and f16 with bias + gelu and an
+(wgmma, tensor cores and CUDA cores), int8 with requantize to int8 and f16 with bias + gelu and an
 f16 output, checked against the float64 reference with the epilogue."""
 import numpy as np
 import pytest
@@ -18,6 +18,9 @@ CASES = [
                     epilogue="bias+gelu"),
     Workload.create("batch_matmul", (2, 128, 256, 64), "float32", layout="TT",
                     epilogue="residual+silu+scale:0.5"),
+    # the wgmma kernel templates' own write-back: a batched residual, MN-major A
+    Workload.create("batch_matmul", (2, 128, 256, 128), "float16", "float16", layout="TN",
+                    epilogue="residual+relu"),
 ]
 
 

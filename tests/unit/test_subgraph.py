@@ -11,7 +11,7 @@ import tvm
 from tvm import relax
 from tvm.script import relax as R
 
-import tvm_ext
+from tvm_ext.strategy import get_template
 from tvm_ext import record
 from tvm_ext.dispatch import apply_history_best, choose
 from tvm_ext.errors import WorkloadError
@@ -108,11 +108,21 @@ def test_subgraph_tasks_are_measured_as_fused_kernels(tmp_path):
     assert {r.workload for r in records} == {wl}  # the log says which subgraph it measured
 
 
-def test_kernel_template_refuses_an_epilogue():
-    wl = Workload.create("dense", (1024, 1024, 1024), "float16", epilogue="bias+gelu")
+def test_kernel_templates_and_epilogues():
+    """The wgmma kernel templates compute an epilogue in their write-back: the kernel takes
+    the epilogue's inputs between B and C (``Workload.buffers``'s order) and writes the
+    final dtype; a kernel template without ``epilogues`` refuses a subgraph task."""
+    import dataclasses
+    wl = Workload.create("dense", (1024, 1024, 1024), "float16", epilogue="bias+gelu+cast:"
+                         "float16")
     target = cuda_target("sm_90")
-    with pytest.raises(tvm_ext.TemplateError, match="without epilogues"):
-        Task(wl, target, template="dense_wgmma.cuda")
+    for name in ("dense_wgmma.cuda", "dense_wgmma_ws.cuda"):
+        task = Task(wl, target, template=name)
+        func = task.instantiate(task.fallback_config())["main"]
+        assert [(p.name, tuple(int(d) for d in p.shape), str(p.dtype)) for p in func.params] \
+            == [(n, tuple(s), d) for n, s, d in wl.buffers()]
+    plain = dataclasses.replace(get_template("dense_wgmma.cuda"), name="t", epilogues=False)
+    assert "without epilogues" in plain.why_not(wl, Task(wl.anchor, target).facts)
 
 
 # ---- apply: the subgraph's record, else the anchor's ----

@@ -42,6 +42,11 @@ PTX's wgmma needs the arch-specific target ``sm_90a``. A kernel of this template
 task's target, with arch sm_90a, as its own ``target`` attribute, so it builds in a module
 for sm_90 too, and CUDA compiles it for sm_90a.
 
+A subgraph task's epilogue (``Workload.epilogue``: bias, residual, activations, scale, cast) is
+computed in the write-back, on the value cast to the matmul's output dtype, by the same ops as
+``epilogue_compute``'s blocks (``template.epilogue_value``); its inputs are the kernel's
+parameters between B and C (``epilogue_buffers``, ``with_epilogue_params``).
+
 Scope: the 4 layouts, f16 or bf16 inputs (wgmma's .f16 / .bf16 operands: the same 2-byte
 tiles, swizzle and descriptors), an output of the input's dtype or f32, M, N and K multiples
 of the block tile (the space's rule; ``check`` asks for multiples of 64); a shape family's
@@ -73,6 +78,32 @@ def check_wgmma(wl, facts) -> Optional[str]:
     if wl.M % 64 or wl.N % 64 or wl.K % ROW_K:
         return f"M, N and K must be multiples of 64 (got {wl.M}x{wl.N}x{wl.K})"
     return None
+
+
+def epilogue_buffers(wl):
+    """(the epilogue's extra input buffers, fn(value, index) of the epilogue) of a subgraph
+    task's kernel: the buffers are free in the kernel's body until ``with_epilogue_params``
+    makes them its parameters; without an epilogue, ([], the identity)."""
+    from tvm import tirx  # noqa: PLC0415
+
+    from ..template import epilogue_value  # noqa: PLC0415
+    if not wl.epilogue:
+        return [], lambda x, idx: x
+    extras = [tirx.decl_buffer(shape, dt, name=name) for name, shape, dt in
+              wl.epilogue_inputs()]
+    return extras, lambda x, idx: epilogue_value(wl, x, idx, extras)
+
+
+def with_epilogue_params(func, extras):
+    """``func`` (A, B, C) with the epilogue's buffers as parameters between B and C, the
+    argument order of a subgraph task's kernel (``Workload.buffers``); checked well formed
+    (written with free buffers, the kernel is parsed unchecked)."""
+    from tvm import tirx  # noqa: PLC0415
+    if extras:  # a buffer parameter is the buffer's own Var (of BufferType) in TVM 0.27
+        params = list(func.params[:2]) + list(extras) + [func.params[2]]
+        func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs)
+    tirx.analysis.verify_well_formed(func)
+    return func
 
 
 def _wgmma_target(target):
@@ -117,7 +148,8 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
     a_elems, b_elems = BM * BK, BN * BK
     chunks_a, chunks_b = a_elems // 8, b_elems // 8  # 16-byte chunks of a tile
     n_acc = BN // 2
-    out = wl.out_dtype
+    out = wl.out_dtype  # the matmul's; the kernel writes the epilogue's (final_dtype)
+    extras, epi = epilogue_buffers(wl)
     ind = wl.dtype  # float16 or bfloat16: the same kernel, wgmma's .f16 or .bf16 operands
     out_vec = 16 // (2 if out in ("float16", "bfloat16") else 4)
     c_pad = out_vec  # 16 bytes a row: the 8 rows a warp writes start 4 banks apart
@@ -192,9 +224,9 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
                 T.address_of(smem[S * a_elems + slot * b_elems + off]),
                 T.address_of(B[gidx(bz, b_km, bn * BN + r, kt * BK + k, N)]), 16)
 
-    @T.prim_func
+    @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
-               C: T.Buffer(c_shape, out)):
+               C: T.Buffer(c_shape, wl.final_dtype)):
         T.func_attr(attrs)
         pid = T.launch_thread("blockIdx.x", nbm * nbn)
         bz = T.launch_thread("blockIdx.z", batch)
@@ -254,14 +286,16 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
                 if guarded:
                     if row < M and col < N:
                         for v in T.vectorized(out_vec):
-                            C[bidx(bz, row, col + v)] = \
+                            C[bidx(bz, row, col + v)] = epi(
                                 cs[(c * threads + tx) // (BN // out_vec) * (BN + c_pad)
-                                   + (c * threads + tx) % (BN // out_vec) * out_vec + v]
+                                   + (c * threads + tx) % (BN // out_vec) * out_vec + v],
+                                bidx(bz, row, col + v))
                 else:
                     for v in T.vectorized(out_vec):
-                        C[bidx(bz, row, col + v)] = \
+                        C[bidx(bz, row, col + v)] = epi(
                             cs[(c * threads + tx) // (BN // out_vec) * (BN + c_pad)
-                               + (c * threads + tx) % (BN // out_vec) * out_vec + v]
+                               + (c * threads + tx) % (BN // out_vec) * out_vec + v],
+                            bidx(bz, row, col + v))
         else:
             for j in T.unroll(BN // 8):
                 for h in T.unroll(2):
@@ -270,12 +304,14 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
                     if guarded:
                         if row < M and col < N:
                             for v in T.vectorized(2):
-                                C[bidx(bz, row, col + v)] = T.Cast(out, acc[j * 4 + h * 2 + v])
+                                C[bidx(bz, row, col + v)] = epi(
+                                    T.Cast(out, acc[j * 4 + h * 2 + v]), bidx(bz, row, col + v))
                     else:
                         for v in T.vectorized(2):
-                            C[bidx(bz, row, col + v)] = T.Cast(out, acc[j * 4 + h * 2 + v])
+                            C[bidx(bz, row, col + v)] = epi(
+                                T.Cast(out, acc[j * 4 + h * 2 + v]), bidx(bz, row, col + v))
 
-    return kernel
+    return with_epilogue_params(kernel, extras)
 
 
 def kernel_from_config(wl, cfg, facts, target, sizes=None):
@@ -320,7 +356,7 @@ def _template(op):
     return KernelTemplate(
         name=f"{op}_wgmma.cuda", op=op, target_kind="cuda", kernel=kernel_from_config,
         fallback=fallback_wgmma, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=4,
-        symbolic=True, granular=True, family_check=family_check)
+        symbolic=True, granular=True, family_check=family_check, epilogues=True)
 
 
 DENSE_WGMMA = _template("dense")

@@ -49,7 +49,8 @@ from __future__ import annotations
 
 from ..template import KernelTemplate
 from .common import fallback_raster
-from .cuda_wgmma import ROW_K, _wgmma_target, check_wgmma, descriptor_offsets
+from .cuda_wgmma import (ROW_K, _wgmma_target, check_wgmma, descriptor_offsets,
+                         epilogue_buffers, with_epilogue_params)
 
 #: Registers per thread after ``setmaxnreg``: the producer's and the consumers'.
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -84,7 +85,8 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     a_elems, b_elems = BM * BK, BN * BK
     ring_elems = S * (a_elems + b_elems)
     n_acc = BN // 2
-    out = wl.out_dtype
+    out = wl.out_dtype  # the matmul's; the kernel writes the epilogue's (final_dtype)
+    extras, epi = epilogue_buffers(wl)
     ind = wl.dtype
     trans_a, trans_b = int(wl.transpose_a), int(not wl.transpose_b)  # wgmma's: 1 = MN-major
     shape = getattr(T.ptx.wgmma.mma_async.sync.aligned, f"m64n{BN}k16").f32
@@ -150,9 +152,9 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     def row0(cw):  # the first row of the block tile that consumer cw computes
         return 0 if pp else cw * 64
 
-    @T.prim_func
+    @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
-               C: T.Buffer(c_shape, out)):
+               C: T.Buffer(c_shape, wl.final_dtype)):
         T.func_attr(attrs)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, ind, rank, A.data,
@@ -276,13 +278,12 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                     for j in T.unroll(BN // 8):
                         for h in T.unroll(2):
                             for v in T.vectorized(2):
-                                C[(bz,) * is_bmm + (bm * BM + r0 + lane // 32 * 16
-                                                    + lane % 32 // 4 + h * 8,
-                                                    bn * BN + j * 8 + lane % 4 * 2
-                                                    + v)] = \
-                                    T.Cast(out, acc[j * 4 + h * 2 + v])
+                                idx = T.meta_var((bz,) * is_bmm + (
+                                    bm * BM + r0 + lane // 32 * 16 + lane % 32 // 4 + h * 8,
+                                    bn * BN + j * 8 + lane % 4 * 2 + v))
+                                C[idx] = epi(T.Cast(out, acc[j * 4 + h * 2 + v]), idx)
 
-    return kernel
+    return with_epilogue_params(kernel, extras)
 
 
 def kernel_from_config(wl, cfg, facts, target, sizes=None):
@@ -313,7 +314,8 @@ def fallback_ws(space, wl, facts):
 def _template(op):
     return KernelTemplate(
         name=f"{op}_wgmma_ws.cuda", op=op, target_kind="cuda", kernel=kernel_from_config,
-        fallback=fallback_ws, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=3)
+        fallback=fallback_ws, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=3,
+        epilogues=True)
 
 
 DENSE_WGMMA_WS = _template("dense")

@@ -35,6 +35,16 @@ def _schedule_fused(task, config, func, epilogue: List[str]):
     return task.launch(sch.mod["main"])
 
 
+def _same_params(new, old) -> bool:
+    """Whether two PrimFuncs take buffers of the same shapes and dtypes, in the same order."""
+    def sig(f):
+        return [(tuple(int(d) for d in p.shape), str(p.dtype)) for p in f.params]
+    try:
+        return sig(new) == sig(old)
+    except (AttributeError, TypeError):  # a scalar parameter, a symbolic shape
+        return False
+
+
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.ApplyTunedKernels")
 class ApplyTunedKernels:
     """Schedule the legalized matmul PrimFuncs with our templates (see module doc)."""
@@ -71,16 +81,25 @@ class ApplyTunedKernels:
                     wl = wl.with_(epilogue=spec)
                 except TvmExtError:
                     spec = None
+            new = None
             try:
-                task, choice = choose(wl, self.target, schedulable=fused is not None)
+                # A named epilogue may also take a kernel template that computes it in its own
+                # write-back (the wgmma ones), where its kernel has the fused function's
+                # parameters; any other fused function needs a schedule of its blocks.
+                task, choice = choose(wl, self.target,
+                                      schedulable=fused is not None and not spec)
+                if fused is not None and not task.template.schedulable:
+                    new = task.instantiate(choice.config)["main"]
+                    if not _same_params(new, f):
+                        new = None
+                        task, choice = choose(wl, self.target, schedulable=True)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
             if fused is not None and not spec and choice.tuned:
                 choice.anchor = True  # an epilogue we cannot name: its anchor's record
-            if fused is None:
-                new = task.instantiate(choice.config)["main"]
-            else:
-                new = _schedule_fused(task, choice.config, f, fused[2])
+            if new is None:  # (else the kernel template's, its epilogue included)
+                new = task.instantiate(choice.config)["main"] if fused is None else \
+                    _schedule_fused(task, choice.config, f, fused[2])
             new = new.without_attr("global_symbol")
             updates[gv] = _mark(new, f, task.name)
             self.replaced.append((gv.name_hint, wl, task.name, choice.tuned))
