@@ -152,6 +152,16 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     def row0(cw):  # the first row of the block tile that consumer cw computes
         return 0 if pp else cw * 64
 
+    def tile_of(t):
+        """(M tile, N tile, batch) of the block's tile t: in each batch, groups of ``group``
+        M tiles side by side (the last group may hold fewer), column by column."""
+        tb = tirx.truncmod(t, per_batch)
+        first = tirx.truncdiv(tb, group * nbn) * group
+        rows = tirx.min(nbm - first, group)
+        in_group = tirx.truncmod(tb, group * nbn)
+        return (first + tirx.truncmod(in_group, rows), tirx.truncdiv(in_group, rows),
+                tirx.truncdiv(t, per_batch))
+
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
                C: T.Buffer(c_shape, wl.final_dtype)):
@@ -189,13 +199,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                 for i in T.serial(iters):
                     t = T.meta_var(bx + i * grid)
                     if t < tiles:
-                        tb = T.meta_var(tirx.truncmod(t, per_batch))
-                        first = T.meta_var(tirx.truncdiv(tb, group * nbn) * group)
-                        rows = T.meta_var(T.min(nbm - first, group))
-                        bm = T.meta_var(first + tirx.truncmod(tirx.truncmod(tb, group * nbn),
-                                                              rows))
-                        bn = T.meta_var(tirx.truncdiv(tirx.truncmod(tb, group * nbn), rows))
-                        bz = T.meta_var(tirx.truncdiv(t, per_batch))
+                        bm, bn, bz = T.meta_var(tile_of(t))
                         for kt in T.serial(KT):
                             g = T.meta_var(i * KT + kt)
                             slot = T.meta_var(tirx.truncmod(g, S))
@@ -227,12 +231,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
             for i in T.serial(iters):
                 t = T.meta_var(bx + i * grid)
                 if t < tiles and mine(i, cw):
-                    tb = T.meta_var(tirx.truncmod(t, per_batch))
-                    first = T.meta_var(tirx.truncdiv(tb, group * nbn) * group)
-                    rows = T.meta_var(T.min(nbm - first, group))
-                    bm = T.meta_var(first + tirx.truncmod(tirx.truncmod(tb, group * nbn), rows))
-                    bn = T.meta_var(tirx.truncdiv(tirx.truncmod(tb, group * nbn), rows))
-                    bz = T.meta_var(tirx.truncdiv(t, per_batch))
+                    bm, bn, bz = T.meta_var(tile_of(t))
                     for j in T.unroll(n_acc):
                         acc[j] = T.float32(0)
                     if pp:
