@@ -93,6 +93,8 @@ def main(argv=None) -> int:
         from ..space import data_dir  # noqa: PLC0415
         from .cpu import CPU_SUITE, run_cpu  # noqa: PLC0415
         large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
+        # the chain's two GEMMs also as rows of their own (the chain row adds its exp kernel)
+        large.update({"gemm1": CPU_SUITE["chain_mm1"], "gemm2": CPU_SUITE["chain_mm2"]})
         rows = run_cpu(large, log=str(data_dir("logs") / "llvm_x86.json"), repeat=5)
         # The peak again after the rows: a core busy elsewhere during one measurement shows
         # as half the peak; the larger of the two is the host's.
