@@ -51,3 +51,19 @@ def test_relax_fused_f16_function_takes_the_wgmma_kernel():
         apply(mod)
     assert [(str(wl), name) for _, wl, name, _ in apply.replaced] == \
         [("batch_matmul 2x128x512x256 float16->float16 NN +bias+relu", "batch_matmul_wgmma.cuda")]
+
+
+def test_relax_fused_function_whose_parameters_differ_gets_a_schedule(monkeypatch):
+    """Where the wgmma kernel's parameters are not the fused function's, the function gets
+    the best schedulable template instead, reported once."""
+    import tvm_ext
+    import tvm_ext.relax.apply as apply_mod
+    from relax_helpers import bias_relu_model
+    from tvm_ext.relax.subgraph import fuse
+    monkeypatch.setattr(apply_mod, "_same_params", lambda new, old: False)
+    mod, epilogues = fuse(bias_relu_model((2, 128, 256), (2, 256, 512), "float16"))
+    with tvm_ext.apply_history_best([]) as ctx:
+        apply = apply_mod.ApplyTunedKernels(TARGET, epilogues)
+        apply(mod)
+    assert [name for _, _, name, _ in apply.replaced] == ["batch_matmul_mma.cuda"]
+    assert [c.template for c in ctx.report.choices] == ["batch_matmul_mma.cuda"]

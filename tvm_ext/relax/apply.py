@@ -45,6 +45,14 @@ def _same_params(new, old) -> bool:
         return False
 
 
+def _unreport(choice):
+    """Take a choice that will not be built out of the apply context's report."""
+    from ..dispatch import current  # noqa: PLC0415
+    ctx = current()
+    if ctx is not None and ctx.report.choices and ctx.report.choices[-1] is choice:
+        ctx.report.choices.pop()
+
+
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.ApplyTunedKernels")
 class ApplyTunedKernels:
     """Schedule the legalized matmul PrimFuncs with our templates (see module doc)."""
@@ -92,6 +100,7 @@ class ApplyTunedKernels:
                     new = task.instantiate(choice.config)["main"]
                     if not _same_params(new, f):
                         new = None
+                        _unreport(choice)  # replaced by the schedulable template's
                         task, choice = choose(wl, self.target, schedulable=True)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
