@@ -12,14 +12,18 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   shared tiles have exactly the layout of the cp.async template (``cuda_wgmma``'s module doc:
   K-major ``[block_k / 64][rows][64]``, MN-major ``[rows / 64][block_k][64]``, 16-byte chunks
   XOR-permuted by row) and the same wgmma descriptors read them.
-- **Warp specialisation.** Warpgroup 0 is the producer: one elected thread waits for a ring
+- **Warp specialisation.** Warpgroup 0 is the producer: its thread 0 waits for a ring
   slot to be free (its ``empty`` mbarrier), announces the slot's bytes on its ``full``
   mbarrier (``arrive.expect_tx``) and issues the TMA loads; its registers are given back
-  (``setmaxnreg.dec`` to 40). Warpgroups 1..``consumers`` each own 64 rows of the block tile:
-  they wait on ``full``, issue one ``wgmma.m64n{block_n}k16`` per 16 of K, and release the
+  (``setmaxnreg.dec`` to 40). Warpgroups 1..``consumers`` each own 64 rows of the block tile
+  (``pingpong`` = 0), or (``pingpong`` = 1) the block tile is 64 rows and the two consumers
+  take every other tile, their mainloops in turn (turn mbarriers: every earlier tile's fills
+  are consumed before a consumer waits on a full barrier, so its parity names the right
+  fill), one's MMAs running while the other stores. They wait on ``full``, issue one ``wgmma.m64n{block_n}k16`` per 16 of K, and release the
   slot (one arrive per consumer warpgroup on ``empty``) once their MMAs that read it are
   complete (``wgmma_wait`` batches left in flight); they take the registers
-  (``setmaxnreg.inc`` to 232).
+  (``setmaxnreg.inc`` to 232). A subgraph task's epilogue is computed in the store
+  (``cuda_wgmma.epilogue_buffers``).
 - **Persistent grid.** ``min(tiles, SMs)`` blocks walk the output tiles ``blockIdx.x +
   i * gridDim.x`` in the grouped order of ``raster`` M tiles (L2 reuse). The ring's stages run
   on across tiles: while the consumers store one tile's accumulators (registers -> global,
@@ -29,9 +33,9 @@ The mbarrier phases come from one running count of K steps per block (``g``): sl
 stages``, phase ``g // stages % 2``; the producer's first pass over the ring waits on the
 parity before the barrier's first phase, which is complete at initialisation.
 
-Measured (docs/BENCHMARKS.md, H100, ``python -m tvm_ext.bench --suite gpu``): its fallback
-is 7% faster than the shipped cp.async records on the f16 / bf16 8192^3 GEMMs (0.93-0.94x of
-cuBLAS against 0.87-0.88x, same process), and 2-3x slower where the output dominates (the
+Measured (docs/BENCHMARKS.md, ``python -m tvm_ext.bench --suite gpu``): its fallback is
+7-13% faster than the shipped cp.async records on the f16 / bf16 8192^3 GEMMs (0.93-0.94x of
+cuBLAS on an H100, 0.98-0.99x on an H200, against 0.87-0.88x, same process), and 2-3x slower where the output dominates (the
 attention scores, K = 128: 0.40x; 1024^3: 0.37x): its consumers store their accumulators
 from registers in 4-byte pairs, a write-back the one block an SM cannot hide. A staged
 epilogue (shared memory, then coalesced rows or a TMA store) is the next step; TVM's
@@ -43,7 +47,8 @@ one where it wins.
 Scope: as the cp.async template's exact kernel (the 4 layouts, f16 or bf16 in, the input's
 dtype or f32 out, M and N multiples of the block tile, K of ``block_k``), no shape families
 (no guarded kernel). The ring, its barriers and nothing else live in one dynamic shared
-buffer whose start is 1024-byte aligned (the swizzle is a function of the address).
+buffer, whose start must be 1024-byte aligned (the swizzle is a function of the address): no
+static shared memory is declared, as in the cp.async template.
 """
 from __future__ import annotations
 
