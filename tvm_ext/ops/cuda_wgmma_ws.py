@@ -19,8 +19,9 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   (``pingpong`` = 0), or (``pingpong`` = 1) the block tile is 64 rows and the two consumers
   take every other tile, their mainloops in turn (turn mbarriers: every earlier tile's fills
   are consumed before a consumer waits on a full barrier, so its parity names the right
-  fill), one's MMAs running while the other stores. They wait on ``full``, issue one ``wgmma.m64n{block_n}k16`` per 16 of K, and release the
-  slot (one arrive per consumer warpgroup on ``empty``) once their MMAs that read it are
+  fill), one's MMAs running while the other stores. They wait on ``full``, issue one
+  ``wgmma.m64n{block_n}k16`` per 16 of K, and release the slot (one arrive per consumer
+  warpgroup, cooperative, or one, pingpong, on ``empty``) once their MMAs that read it are
   complete (``wgmma_wait`` batches left in flight); they take the registers
   (``setmaxnreg.inc`` to 232). A subgraph task's epilogue is computed in the store
   (``cuda_wgmma.epilogue_buffers``).
@@ -35,8 +36,8 @@ parity before the barrier's first phase, which is complete at initialisation.
 
 Measured (docs/BENCHMARKS.md, ``python -m tvm_ext.bench --suite gpu``): its fallback is
 7-13% faster than the shipped cp.async records on the f16 / bf16 8192^3 GEMMs (0.93-0.94x of
-cuBLAS on an H100, 0.98-0.99x on an H200, against 0.87-0.88x, same process), and 2-3x slower where the output dominates (the
-attention scores, K = 128: 0.40x; 1024^3: 0.37x): its consumers store their accumulators
+cuBLAS on an H100, 0.98-0.99x on an H200, against 0.87-0.88x, same process), and 2-3x
+slower where the output dominates (the attention scores, K = 128: 0.35-0.40x; 1024^3: 0.37x): its consumers store their accumulators
 from registers in 4-byte pairs, a write-back the one block an SM cannot hide. A staged
 epilogue (shared memory, then coalesced rows or a TMA store) is the next step; TVM's
 shared-memory sync planner refuses a shared C tile inside the warpgroups' branches ("Cannot
