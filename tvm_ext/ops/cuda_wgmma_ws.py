@@ -37,8 +37,9 @@ parity before the barrier's first phase, which is complete at initialisation.
 Measured (docs/BENCHMARKS.md, ``python -m tvm_ext.bench --suite gpu``): its fallback is
 7-13% faster than the shipped cp.async records on the f16 / bf16 8192^3 GEMMs (0.93-0.94x of
 cuBLAS on an H100, 0.98-0.99x on an H200, against 0.87-0.88x, same process), and 2-3x
-slower where the output dominates (the attention scores, K = 128: 0.35-0.40x; 1024^3: 0.37x): its consumers store their accumulators
-from registers in 4-byte pairs, a write-back the one block an SM cannot hide. A staged
+slower where the output dominates (the attention scores, K = 128: 0.35-0.40x; 1024^3:
+0.37x): its consumers store their accumulators from registers in 4-byte pairs, a write-back
+the one block an SM cannot hide. A staged
 epilogue (shared memory, then coalesced rows or a TMA store) is the next step; TVM's
 shared-memory sync planner refuses a shared C tile inside the warpgroups' branches ("Cannot
 insert syncs inside condition"), so it needs stores the planner does not see. Its priority
