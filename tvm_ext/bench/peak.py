@@ -6,7 +6,9 @@ cover the FMA latency on every FMA unit), and each step adds one broadcast opera
 loop-invariant vector to each of them (one load per ``chains`` FMAs). One parallel task per
 thread, built by TVM for this host like our kernels (``-mcpu`` from the host, TVM's pool with
 ``use_host_cores`` threads). Its GFLOP/s is the ceiling the GEMM rows of the CPU bench are
-compared with (``--gemm``: the bench's large rows as a share of it).
+compared with (``--gemm``: the bench's large rows as a share of it, and the dense row's
+kernel with its weight packed at every call and packed once ahead, as a constant weight of a
+Relax model is: ``prepacked_rows``).
 
     python -m tvm_ext.bench.peak [--steps 200000] [--gemm]
 """
@@ -104,7 +106,51 @@ def main(argv=None) -> int:
             gflops = row.flop / (row.ours_ms * 1e-3) / 1e9
             print(f"{row.name[:44]:<46} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of "
                   f"the peak ({row.tuned})")
+        for name, ms in prepacked_rows(CPU_SUITE["dense"], str(data_dir("logs") /
+                                                               "llvm_x86.json")):
+            gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
+            print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of the peak")
     return 0
+
+
+def prepacked_rows(wl, log, repeat: int = 7):
+    """[(label, median ms)] of ``wl``'s kernel under ``log`` with its weight packed at every
+    call and packed once ahead (``prepacked_kernel``: a constant weight of a Relax model),
+    sampled in turn, 20 calls a sample; [] where the config has no prepacked kernel."""
+    import numpy as np  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+
+    from ..codegen import compile_module  # noqa: PLC0415
+    from ..dispatch import apply_history_best, choose  # noqa: PLC0415
+    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..ops.x86_gemm import divides, pack_weight, prepacked_kernel  # noqa: PLC0415
+    from ..target import host_cpu_target  # noqa: PLC0415
+    target = host_cpu_target()
+    with apply_history_best([log] if log else []):
+        task, choice = choose(wl, target)
+    if task.name != "dense_pack.x86" or not divides(wl, choice.config):
+        return []
+    a, b = random_inputs(wl, np.random.default_rng(0))
+    args = [tvm.runtime.tensor(a), tvm.runtime.tensor(b),
+            tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
+    packed = [args[0], tvm.runtime.tensor(pack_weight(wl, b, choice.config["tile_x"].size[-1])),
+              tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
+    kernels = {"packed at every call": (task.build(choice.config)["main"], args),
+               "weight packed at build time": (compile_module(tvm.IRModule(
+                   {"main": prepacked_kernel(wl, choice.config)}), target)["main"], packed)}
+    for f, fargs in kernels.values():
+        f(*fargs)
+    np.testing.assert_allclose(packed[2].numpy(), args[2].numpy(), rtol=1e-5, atol=1e-5)
+    samples = {k: [] for k in kernels}
+    for _ in range(repeat):
+        for k, (f, fargs) in kernels.items():
+            start = time.perf_counter()
+            for _ in range(20):
+                f(*fargs)
+            samples[k].append((time.perf_counter() - start) / 20 * 1e3)
+    tag = "tuned" if choice.tuned else "fallback"
+    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", float(np.median(v)))
+            for k, v in samples.items()]
 
 
 if __name__ == "__main__":

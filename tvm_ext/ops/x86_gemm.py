@@ -62,6 +62,42 @@ def packed_gemm_compute(wl, xi: int):
     return [A, B, C]
 
 
+def pack_weight(wl, b, xi: int):
+    """numpy: the weight ``b`` of a dense workload (``wl.b_shape``: [N, K] for NT, [K, N] for
+    NN) as the panels the packed GEMM reads, ``[N // xi, K, xi]`` (``B_packed``)."""
+    import numpy as np  # noqa: PLC0415
+    kn = b.T if wl.transpose_b else b  # [K, N]
+    return np.ascontiguousarray(kn.reshape(wl.K, wl.N // xi, xi).transpose(1, 0, 2))
+
+
+def prepacked_kernel(wl, cfg):
+    """The PrimFunc (A, B_packed, C) of a dense_pack.x86 config whose B is packed ahead of time
+    (``pack_weight``: a constant weight, packed once when the model is built): the config's
+    kernel without its per-task packing. Only where the register tile and K step divide the
+    shape (``divides``); no epilogue."""
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te  # noqa: PLC0415
+
+    if wl.op != "dense" or wl.epilogue or not divides(wl, cfg):
+        raise ValueError(f"no prepacked kernel for {wl} {cfg}")
+    xi = cfg["tile_x"].size[-1]
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    P = te.placeholder((wl.N // xi, wl.K, xi), wl.dtype, name="B_packed")
+    k = te.reduce_axis((0, wl.K), name="k")
+
+    def a_at(i):
+        return A[k, i] if wl.transpose_a else A[i, k]
+
+    C = te.compute(wl.out_shape, lambda i, j: te.sum(
+        a_at(i).astype(wl.out_dtype) * P[j // xi, k, j % xi].astype(wl.out_dtype), axis=k),
+        name=MATMUL_BLOCK)
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, P, C])}))
+    schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
+                         tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1],
+                         prepacked=True)
+    return sch.mod["main"]
+
+
 def _split_tiles(sch, loop, per_task: int, inner: int):
     """(task, tile in task, in register tile) loops of an M or N loop. An extent that
     ``per_task * inner`` divides splits in three; a symbolic or padded one (a multiple of
@@ -104,14 +140,16 @@ def divides(wl, cfg) -> bool:
 
 
 def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
-                         tile_k: Sequence[int], inner: int, unroll_k: bool = True):
-    """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki]."""
+                         tile_k: Sequence[int], inner: int, unroll_k: bool = True,
+                         prepacked: bool = False):
+    """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki].
+    ``prepacked``: B is an input already in panels (``prepacked_kernel``), nothing to pack."""
     _, yo, yi = tile_y
     _, xo, xi = tile_x
     ki = tile_k[-1]
     c = sch.get_sblock(MATMUL_BLOCK)
     try:
-        pack = sch.get_sblock("B_packed")
+        pack = None if prepacked else sch.get_sblock("B_packed")
     except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
         # Extents the tiles do not divide (a shape family's symbolic ones, primes) are padded
         # up to the register tile and the K step: no predicate inside the micro-kernel; the
@@ -147,14 +185,15 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     # loop" would vectorize jo, around the serial reduction (wrong sums).
     if not sch.get(last).same_as(sch.get(jo)):
         sch.vectorize(last)
-    inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
-    # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel only).
-    sch.compute_at(pack, outer)
+    if pack is not None:
+        inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
+        # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel).
+        sch.compute_at(pack, outer)
     if has_block(sch, "A_pad"):  # a padded M or K: the zeros of A, read in the micro-kernel
         # (a per-task copy of A's rows instead measured 1.5x slower on 257 x 509 x 131)
         sch.compute_inline(sch.get_sblock("A_pad"))
-    own = sch.get_loops(pack)
-    if not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel has no loop of its own
+    own = sch.get_loops(pack) if pack is not None else None
+    if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
         sch.vectorize(own[-1])
     sch.unroll(ii_o)
     if unroll_k:

@@ -63,6 +63,7 @@ class ApplyTunedKernels:
         # records of its subgraph task, then its anchor matmul's.
         self.epilogues = dict(epilogues or {})
         self.replaced: List[Tuple[str, Workload, str, bool]] = []
+        self.plain: dict = {}  # {PrimFunc name: (task, config)} of the plain matmuls
         self.families: List[tuple] = []  # (Family, Library) of each symbolic matmul
         self.pass_config: dict = {}
 
@@ -110,6 +111,8 @@ class ApplyTunedKernels:
                 new = task.instantiate(choice.config)["main"] if fused is None else \
                     _schedule_fused(task, choice.config, f, fused[2])
             new = new.without_attr("global_symbol")
+            if fused is None:
+                self.plain[gv.name_hint] = (task, choice.config)
             updates[gv] = _mark(new, f, task.name)
             self.replaced.append((gv.name_hint, wl, task.name, choice.tuned))
         for gv, f in updates.items():
@@ -140,13 +143,15 @@ def _mark(new, old, template: str):
 
 
 def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
-          fuse_epilogue: bool = False):
+          fuse_epilogue: bool = False, prepack: bool = True):
     """LegalizeOps (with ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
     the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
     TVM's pipeline for everything else. ``fuse_epilogue`` (implies ``strategy``) first fuses
     each matmul with the elementwise ops after it (TVM's FuseOps) and computes them in our
     kernel's write-back; such a function takes its subgraph task's record (``subgraph``),
-    else its anchor matmul's (marked so in the report), else the fallback."""
+    else its anchor matmul's (marked so in the report), else the fallback. ``prepack`` (CPU):
+    a plain matmul whose weight is a constant of the model gets it packed here, once
+    (``prepack_constant_weights``), instead of at every call."""
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
@@ -157,6 +162,9 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
         mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
     apply = ApplyTunedKernels(target, epilogues)
     mod = apply(mod)
+    if prepack and target.kind.name == "llvm":
+        from .prepack import prepack_constant_weights  # noqa: PLC0415
+        mod, _ = prepack_constant_weights(mod, apply.plain)
     config = dict(apply.pass_config)
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)

@@ -1,0 +1,82 @@
+"""Constant weights packed once at build time (issue 25): the prepacked kernel of a
+dense_pack.x86 config answers as numpy in the layouts it takes, and a Relax model's constant
+weight (only a constant, only where the tiles divide) is packed by ``build``."""
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+import tvm_ext
+import tvm_ext.relax as tr
+from tvm_ext.codegen import compile_module
+from tvm_ext.ops.x86_gemm import pack_weight, prepacked_kernel
+from tvm_ext.relax.apply import ApplyTunedKernels
+from tvm_ext.relax.legalize import legalize_as_strategy
+from tvm_ext.relax.prepack import prepack_constant_weights
+from tvm_ext.target import host_cpu_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+CPU = host_cpu_target()
+
+
+@pytest.mark.parametrize("layout", ["NT", "NN", "TN"])
+def test_prepacked_kernel_numerics(layout):
+    wl = Workload.create("dense", (48, 96, 40), layout=layout)
+    task = Task(wl, CPU, template="dense_pack.x86")
+    cfg = task.config_with({"tile_y": [-1, 2, 8], "tile_x": [-1, 1, 32], "tile_k": [-1, 4],
+                            "tile_inner": [-1, 8]})
+    f = compile_module(tvm.IRModule({"main": prepacked_kernel(wl, cfg)}), CPU)["main"]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(wl.a_shape).astype("float32")
+    b = rng.standard_normal(wl.b_shape).astype("float32")
+    out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
+    f(tvm.runtime.tensor(a), tvm.runtime.tensor(pack_weight(wl, b, 32)), out)
+    expect = (a.T if wl.transpose_a else a) @ (b.T if wl.transpose_b else b)
+    np.testing.assert_allclose(out.numpy(), expect, rtol=1e-4, atol=1e-4)
+    # a register tile that does not divide N (padded in the kernel): no prepacked kernel
+    odd = Workload.create("dense", (48, 100, 40), layout=layout)
+    odd_task = Task(odd, CPU, template="dense_pack.x86")
+    with pytest.raises(ValueError, match="no prepacked kernel"):
+        prepacked_kernel(odd, odd_task.config_with({"tile_x": [-1, 1, 32]}))
+
+
+def _model(weight_const: bool):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((64, 96)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((32, 64), "float32"))
+    params = [x]
+    if weight_const:
+        wexpr = relax.const(w)
+    else:
+        wexpr = relax.Var("w", R.Tensor((64, 96), "float32"))
+        params.append(wexpr)
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(R.nn.relu(R.matmul(x, wexpr)))
+        bb.emit_func_output(out)
+    return bb.get(), w
+
+
+def test_build_packs_a_constant_weight_once():
+    mod, w = _model(weight_const=True)
+    with tvm_ext.apply_history_best([]):
+        apply = ApplyTunedKernels(CPU)
+        applied = apply(legalize_as_strategy(mod))
+    packed, done = prepack_constant_weights(applied, apply.plain)
+    assert done == ["tvm_ext_matmul"]
+    assert any(gv.name_hint == "tvm_ext_matmul_prepacked" for gv in packed.functions)
+    x = np.random.default_rng(2).standard_normal((32, 64)).astype("float32")
+    for prepack in (True, False):
+        with tvm_ext.apply_history_best([]):
+            ex = tr.build(mod, CPU, strategy=True, prepack=prepack)
+        got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+    # a weight that is a parameter of the function is packed by the kernel, as before
+    param_mod, _ = _model(weight_const=False)
+    with tvm_ext.apply_history_best([]):
+        apply = ApplyTunedKernels(CPU)
+        applied = apply(legalize_as_strategy(param_mod))
+    assert prepack_constant_weights(applied, apply.plain)[1] == []

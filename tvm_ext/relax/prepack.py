@@ -1,0 +1,58 @@
+"""Constant weights packed once, when the model is built (issue 25). A CPU matmul of
+``dense_pack.x86`` packs its B into panels inside each parallel task at every call (a [K, N]
+weight read once and written once more per call). Where B is a constant of the Relax function
+(e.g. weights bound with ``BindParams``), ``prepack_constant_weights`` packs it here, with
+numpy, into the panels of the kernel's config (``pack_weight``), and calls that config's kernel
+without its packing (``prepacked_kernel``) instead. Only plain matmuls whose register tile and
+K step divide the shape; fused ones and padded tiles keep packing.
+"""
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+import tvm
+from tvm import relax
+
+
+def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]]):
+    """``mod`` with each ``call_tir`` of a plain dense_pack.x86 matmul (``plain``: {PrimFunc
+    name: (task, config)}, what ``ApplyTunedKernels`` built) whose weight is a constant
+    replaced by a call of the prepacked kernel on the packed constant. Returns (module, names
+    of the matmuls prepacked)."""
+    from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
+
+    from ..ops.x86_gemm import divides, pack_weight, prepacked_kernel  # noqa: PLC0415
+    from .apply import _mark  # noqa: PLC0415
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    done = []
+
+    @mutator
+    class _Prepack(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(call_tir):
+                return call
+            gv, args = call.args[0], call.args[1]
+            entry = plain.get(gv.name_hint)
+            fields = list(args.fields) if isinstance(args, tvm.ir.expr.Tuple) else []
+            if entry is None or len(fields) != 2 or \
+                    not isinstance(fields[1], tvm.ir.expr.Constant):
+                return call
+            task, cfg = entry
+            wl = task.workload
+            if task.name != "dense_pack.x86" or wl.epilogue or not divides(wl, cfg):
+                return call
+            packed = pack_weight(wl, fields[1].value.numpy(), cfg["tile_x"].size[-1])
+            func = _mark(prepacked_kernel(wl, cfg).without_attr("global_symbol"),
+                         self.builder_.get()[gv], task.name)
+            new_gv = self.builder_.add_func(func, f"{gv.name_hint}_prepacked")
+            done.append(gv.name_hint)
+            return relax.call_tir(new_gv, relax.Tuple([fields[0], relax.const(packed)]),
+                                  call.ty_args[0])
+
+    rewriter = _Prepack(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get(), done
