@@ -11,7 +11,7 @@ import tvm_ext
 import tvm_ext.relax as tr
 from tvm_ext.codegen import compile_module
 from tvm_ext.ops.x86_gemm import pack_weight, prepacked_kernel
-from tvm_ext.relax.apply import ApplyTunedKernels
+from tvm_ext.relax.apply import ApplyTunedKernels, _mark
 from tvm_ext.relax.legalize import legalize_as_strategy
 from tvm_ext.relax.prepack import prepack_constant_weights
 from tvm_ext.target import host_cpu_target
@@ -65,7 +65,7 @@ def test_build_packs_a_constant_weight_once():
     with tvm_ext.apply_history_best([]):
         apply = ApplyTunedKernels(CPU)
         applied = apply(legalize_as_strategy(mod))
-    packed, done = prepack_constant_weights(applied, apply.plain)
+    packed, done = prepack_constant_weights(applied, apply.plain, _mark)
     assert done == ["tvm_ext_matmul"]
     assert any(gv.name_hint == "tvm_ext_matmul_prepacked" for gv in packed.functions)
     x = np.random.default_rng(2).standard_normal((32, 64)).astype("float32")
@@ -79,4 +79,4 @@ def test_build_packs_a_constant_weight_once():
     with tvm_ext.apply_history_best([]):
         apply = ApplyTunedKernels(CPU)
         applied = apply(legalize_as_strategy(param_mod))
-    assert prepack_constant_weights(applied, apply.plain)[1] == []
+    assert prepack_constant_weights(applied, apply.plain, _mark)[1] == []

@@ -21,6 +21,7 @@ from ..target import parse_target
 from ..workload import Workload
 from .legalize import legalize_as_strategy
 from .match import match_family, match_fused, match_matmul
+from .prepack import prepack_constant_weights
 from .subgraph import fuse
 
 _OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
@@ -163,8 +164,7 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     apply = ApplyTunedKernels(target, epilogues)
     mod = apply(mod)
     if prepack and target.kind.name == "llvm":
-        from .prepack import prepack_constant_weights  # noqa: PLC0415
-        mod, _ = prepack_constant_weights(mod, apply.plain)
+        mod, _ = prepack_constant_weights(mod, apply.plain, _mark)
     config = dict(apply.pass_config)
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)

@@ -8,21 +8,21 @@ K step divide the shape; fused ones and padded tiles keep packing.
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Callable, Dict, Tuple
 
 import tvm
 from tvm import relax
 
 
-def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]]):
+def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark: Callable):
     """``mod`` with each ``call_tir`` of a plain dense_pack.x86 matmul (``plain``: {PrimFunc
     name: (task, config)}, what ``ApplyTunedKernels`` built) whose weight is a constant
-    replaced by a call of the prepacked kernel on the packed constant. Returns (module, names
-    of the matmuls prepacked)."""
+    replaced by a call of the prepacked kernel on the packed constant; ``mark(new, old,
+    template)`` gives the new PrimFunc the attributes of the one it stands for
+    (``apply._mark``). Returns (module, names of the matmuls prepacked)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
     from ..ops.x86_gemm import divides, pack_weight, prepacked_kernel  # noqa: PLC0415
-    from .apply import _mark  # noqa: PLC0415
 
     call_tir = tvm.ir.Op.get("relax.call_tir")
     done = []
@@ -44,8 +44,8 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]]):
             if task.name != "dense_pack.x86" or wl.epilogue or not divides(wl, cfg):
                 return call
             packed = pack_weight(wl, fields[1].value.numpy(), cfg["tile_x"].size[-1])
-            func = _mark(prepacked_kernel(wl, cfg).without_attr("global_symbol"),
-                         self.builder_.get()[gv], task.name)
+            func = mark(prepacked_kernel(wl, cfg).without_attr("global_symbol"),
+                        self.builder_.get()[gv], task.name)
             new_gv = self.builder_.add_func(func, f"{gv.name_hint}_prepacked")
             done.append(gv.name_hint)
             return relax.call_tir(new_gv, relax.Tuple([fields[0], relax.const(packed)]),
