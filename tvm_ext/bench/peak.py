@@ -15,6 +15,7 @@ Relax model is: ``prepacked_rows``).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -116,7 +117,8 @@ def main(argv=None) -> int:
 def prepacked_rows(wl, log, repeat: int = 7):
     """[(label, median ms)] of ``wl``'s kernel under ``log`` with its weight packed at every
     call and packed once ahead (``prepacked_kernel``: a constant weight of a Relax model),
-    sampled in turn, 20 calls a sample; [] where the config has no prepacked kernel."""
+    sampled in turn as the CPU bench samples (``cpu._in_turn``); [] where the config has no
+    prepacked kernel."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -125,6 +127,7 @@ def prepacked_rows(wl, log, repeat: int = 7):
     from ..measure.check import random_inputs  # noqa: PLC0415
     from ..ops.x86_gemm import divides, pack_weight, prepacked_kernel  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
+    from .cpu import _in_turn  # noqa: PLC0415
     target = host_cpu_target()
     with apply_history_best([log] if log else []):
         task, choice = choose(wl, target)
@@ -141,15 +144,10 @@ def prepacked_rows(wl, log, repeat: int = 7):
     for f, fargs in kernels.values():
         f(*fargs)
     np.testing.assert_allclose(packed[2].numpy(), args[2].numpy(), rtol=1e-5, atol=1e-5)
-    samples = {k: [] for k in kernels}
-    for _ in range(repeat):
-        for k, (f, fargs) in kernels.items():
-            start = time.perf_counter()
-            for _ in range(20):
-                f(*fargs)
-            samples[k].append((time.perf_counter() - start) / 20 * 1e3)
+    samples = _in_turn({k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()},
+                       repeat)
     tag = "tuned" if choice.tuned else "fallback"
-    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", float(np.median(v)))
+    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", float(np.median(v)) * 1e3)
             for k, v in samples.items()]
 
 

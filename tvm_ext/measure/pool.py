@@ -97,8 +97,7 @@ class PoolMeasurer:
         run, [build seconds, slowest])."""
         jobs: "queue.Queue" = queue.Queue()
         ran = []
-
-        stopped = []
+        stopped = []  # set when the caller is interrupted: built configs are not queued
 
         def on_built(k, b):
             if self._built(k, b, results) and not stopped:

@@ -80,6 +80,37 @@ def check_wgmma(wl, facts) -> Optional[str]:
     return None
 
 
+def ring_desc_offset(slot, R, r0, kk, kmajor, block_k):
+    """Descriptor start of K step kk (16 deep) of rows r0.. (a multiple of 64) of ring slot
+    ``slot`` of an operand tile of R rows, in 16-byte units from the operand's slot 0. K-major:
+    the [rows][64] tile holding the step, then 32 bytes per step inside its 128-byte rows.
+    MN-major: the [block_k][64] tile of rows r0.., then 16 k-rows (2048 bytes) per step."""
+    if kmajor:
+        return (slot * R * block_k + (kk * 16 // ROW_K * R + r0) * ROW_K) // 8 + kk % 4 * 2
+    return (slot * R * block_k + r0 * block_k) // 8 + kk * 16 * ROW_K // 8
+
+
+def acc_row(lane, h):
+    """Row in its warpgroup's 64 of accumulator pair (j, h) of lane ``lane`` (0..127): the
+    wgmma D fragment."""
+    return lane // 32 * 16 + lane % 32 // 4 + h * 8
+
+
+def acc_col(lane, j, v):
+    """Column of element v of that pair."""
+    return j * 8 + lane % 4 * 2 + v
+
+
+def grouped_tile(t, group, nbm, nbn, div, mod):
+    """(M tile, N tile) of the t-th block tile in the grouped launch order: ``group`` M tiles
+    side by side (the last group may hold fewer), column by column, so that they share the B
+    tiles in L2; ``div``/``mod``: floor or truncating division (never-negative operands)."""
+    from tvm import tirx  # noqa: PLC0415
+    first = div(t, group * nbn) * group
+    rows = tirx.min(nbm - first, group)
+    return first + mod(mod(t, group * nbn), rows), div(mod(t, group * nbn), rows)
+
+
 def epilogue_buffers(wl):
     """(the epilogue's extra input buffers, fn(value, index) of the epilogue) of a subgraph
     task's kernel: the buffers are free in the kernel's body until ``with_epilogue_params``
@@ -177,19 +208,10 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
         return rb * ROW_K + c * 8, k, (rb * BK + k) * ROW_K + tirx.bitwise_xor(c, k % 8) * 8
 
     def desc_offset(slot, R, r0, kk, kmajor):
-        """Descriptor start of K step kk (16 deep) of rows r0.. (a multiple of 64) of ring slot
-        ``slot``, in 16-byte units from the operand's slot 0. K-major: the [rows][64] tile
-        holding the step, then 32 bytes per step inside its 128-byte rows. MN-major: the
-        [BK][64] tile of rows r0.., then 16 k-rows (2048 bytes) per step."""
-        if kmajor:
-            return (slot * R * BK + (kk * 16 // ROW_K * R + r0) * ROW_K) // 8 + kk % 4 * 2
-        return (slot * R * BK + r0 * BK) // 8 + kk * 16 * ROW_K // 8
+        return ring_desc_offset(slot, R, r0, kk, kmajor, BK)
 
     def frag_row(wg, lane, h):  # row in the block tile of accumulator pair (j, h) of a lane
-        return wg * 64 + lane // 32 * 16 + lane % 32 // 4 + h * 8
-
-    def frag_col(lane, j, v):  # its column (v: the pair's element)
-        return j * 8 + lane % 4 * 2 + v
+        return wg * 64 + acc_row(lane, h)
 
     a_km, b_km = not wl.transpose_a, wl.transpose_b  # K-major: A [M, K], B [N, K]
     # The tile of a block: its index and the grid are never negative, so a symbolic grid
@@ -237,10 +259,7 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
         db = T.alloc_buffer((1,), "uint64", scope="local")
         cs = T.alloc_buffer((BM * (BN + c_pad),), out, scope="shared.dyn")  # 1-D: keeps the pad
         # grouped launch order: `group` M tiles side by side share the B tiles in L2
-        first = T.meta_var(div(pid, group * nbn) * group)
-        rows = T.meta_var(T.min(nbm - first, group))
-        bm = T.meta_var(first + mod(mod(pid, group * nbn), rows))
-        bn = T.meta_var(div(mod(pid, group * nbn), rows))
+        bm, bn = T.meta_var(grouped_tile(pid, group, nbm, nbn, div, mod))
         wg = T.meta_var(tx // 128)
         lane = T.meta_var(tx % 128)
         for i in T.unroll(n_acc):
@@ -277,7 +296,7 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             for j in T.unroll(BN // 8):
                 for h in T.unroll(2):
                     for v in T.vectorized(2):
-                        cs[frag_row(wg, lane, h) * (BN + c_pad) + frag_col(lane, j, v)] = \
+                        cs[frag_row(wg, lane, h) * (BN + c_pad) + acc_col(lane, j, v)] = \
                             T.Cast(out, acc[j * 4 + h * 2 + v])
             T.cuda.cta_sync()
             for c in T.unroll(BM * BN // out_vec // threads):
@@ -300,7 +319,7 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             for j in T.unroll(BN // 8):
                 for h in T.unroll(2):
                     row = T.meta_var(bm * BM + frag_row(wg, lane, h))
-                    col = T.meta_var(bn * BN + frag_col(lane, j, 0))
+                    col = T.meta_var(bn * BN + acc_col(lane, j, 0))
                     if guarded:
                         if row < M and col < N:
                             for v in T.vectorized(2):

@@ -56,8 +56,9 @@ from __future__ import annotations
 
 from ..template import KernelTemplate
 from .common import fallback_raster
-from .cuda_wgmma import (ROW_K, _wgmma_target, check_wgmma, descriptor_offsets,
-                         epilogue_buffers, with_epilogue_params)
+from .cuda_wgmma import (ROW_K, _wgmma_target, acc_col, acc_row, check_wgmma,
+                         descriptor_offsets, epilogue_buffers, grouped_tile,
+                         ring_desc_offset, with_epilogue_params)
 
 #: Registers per thread after ``setmaxnreg``: the producer's and the consumers'.
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -125,10 +126,8 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     a_map = map_args(a_km, a_rows, a_cols, BM)
     b_map = map_args(b_km, b_rows, b_cols, BN)
 
-    def desc_offset(slot, R, r0, kk, kmajor):  # as cuda_wgmma's (16-byte units)
-        if kmajor:
-            return (slot * R * BK + (kk * 16 // ROW_K * R + r0) * ROW_K) // 8 + kk % 4 * 2
-        return (slot * R * BK + r0 * BK) // 8 + kk * 16 * ROW_K // 8
+    def desc_offset(slot, R, r0, kk, kmajor):
+        return ring_desc_offset(slot, R, r0, kk, kmajor, BK)
 
     def nboxes(kmajor, R):
         """TMA boxes of a tile: 64 of K (K-major) or 64 rows (MN-major) each."""
@@ -147,7 +146,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     attrs = {"global_symbol": "main", "tirx.noalias": True}
     if target is not None:
         attrs["target"] = _wgmma_target(target)
-    dyn_bytes = ring_elems * 2 + 16 * S + 8 * consumers
+    dyn_bytes = ws_smem_bytes(consumers, BN, BK, S, pingpong)  # the ring, then the barriers
     pp = bool(pingpong)
     empty_count = 1 if pp else consumers  # arrivals that free a slot
     n_order = consumers if pp else 0  # the pingpong consumers' turn barriers
@@ -160,14 +159,9 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         return 0 if pp else cw * 64
 
     def tile_of(t):
-        """(M tile, N tile, batch) of the block's tile t: in each batch, groups of ``group``
-        M tiles side by side (the last group may hold fewer), column by column."""
-        tb = tirx.truncmod(t, per_batch)
-        first = tirx.truncdiv(tb, group * nbn) * group
-        rows = tirx.min(nbm - first, group)
-        in_group = tirx.truncmod(tb, group * nbn)
-        return (first + tirx.truncmod(in_group, rows), tirx.truncdiv(in_group, rows),
-                tirx.truncdiv(t, per_batch))
+        """(M tile, N tile, batch) of the block's tile t: in each batch, the grouped order."""
+        return (*grouped_tile(tirx.truncmod(t, per_batch), group, nbm, nbn, tirx.truncdiv,
+                              tirx.truncmod), tirx.truncdiv(t, per_batch))
 
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
@@ -285,8 +279,8 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                         for h in T.unroll(2):
                             for v in T.vectorized(2):
                                 idx = T.meta_var((bz,) * is_bmm + (
-                                    bm * BM + r0 + lane // 32 * 16 + lane % 32 // 4 + h * 8,
-                                    bn * BN + j * 8 + lane % 4 * 2 + v))
+                                    bm * BM + r0 + acc_row(lane, h),
+                                    bn * BN + acc_col(lane, j, v)))
                                 C[idx] = epi(T.Cast(out, acc[j * 4 + h * 2 + v]), idx)
 
     return with_epilogue_params(kernel, extras)
@@ -310,8 +304,8 @@ def fallback_ws(space, wl, facts):
     bn = next(b for b in (256, 128, 64) if wl.N % b == 0)
     pingpong = int(wl.M % 128 != 0)
     bm = 64 if pingpong else 128
-    per_stage = (bm + bn) * ROW_K * 2
-    stages = max(2, min(4, (facts["max_shared_memory_optin"] - 64) // per_stage))
+    stages = next((s for s in (4, 3) if ws_smem_bytes(2, bn, ROW_K, s, pingpong)
+                   <= facts["max_shared_memory_optin"]), 2)
     return {"consumers": 2, "pingpong": pingpong, "block_n": bn, "block_k": ROW_K,
             "stages": stages, "wgmma_wait": 0,
             "raster": fallback_raster(wl, facts, bm, bn)}

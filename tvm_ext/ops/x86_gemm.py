@@ -29,8 +29,9 @@ from .common import (MATMUL_BLOCK, has_block, inline_consumer, inline_producer,
                      largest_factor, pad_to_tiles)
 
 
-def packed_gemm_compute(wl, xi: int):
-    """TE tensors [A, B, C] of the workload, with B packed into xi-wide panels."""
+def packed_gemm_compute(wl, xi: int, prepacked: bool = False):
+    """TE tensors [A, B, C] of the workload, with B packed into xi-wide panels; ``prepacked``:
+    [A, B_packed, C], the panels an input (``prepacked_kernel``)."""
     from tvm import te  # noqa: PLC0415
 
     if wl.N % xi:
@@ -47,13 +48,23 @@ def packed_gemm_compute(wl, xi: int):
         return B[lead(b) + ((n, k) if wl.transpose_b else (k, n))]
 
     nb = wl.batch if batched else 1
-    P = te.compute((nb, wl.N // xi, wl.K, xi),
-                   lambda b, z, k, x: b_at(b, z * xi + x, k), name="B_packed")
+    if prepacked:  # a dense weight packed ahead ([N // xi, K, xi]: pack_weight)
+        B = te.placeholder((wl.N // xi, wl.K, xi), wl.dtype, name="B_packed")
+
+        def p_at(b, z, k, x):
+            return B[z, k, x]
+    else:
+        P = te.compute((nb, wl.N // xi, wl.K, xi),
+                       lambda b, z, k, x: b_at(b, z * xi + x, k), name="B_packed")
+
+        def p_at(b, z, k, x):
+            return P[b, z, k, x]
     k = te.reduce_axis((0, wl.K), name="k")
     out = wl.out_dtype
 
     def body(b, i, j):
-        return te.sum(a_at(b, i, k).astype(out) * P[b, j // xi, k, j % xi].astype(out), axis=k)
+        return te.sum(a_at(b, i, k).astype(out) * p_at(b, j // xi, k, j % xi).astype(out),
+                      axis=k)
 
     if batched:
         C = te.compute(wl.out_shape, lambda b, i, j: body(b, i, j), name=MATMUL_BLOCK)
@@ -80,18 +91,8 @@ def prepacked_kernel(wl, cfg):
 
     if wl.op != "dense" or wl.epilogue or not divides(wl, cfg):
         raise ValueError(f"no prepacked kernel for {wl} {cfg}")
-    xi = cfg["tile_x"].size[-1]
-    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
-    P = te.placeholder((wl.N // xi, wl.K, xi), wl.dtype, name="B_packed")
-    k = te.reduce_axis((0, wl.K), name="k")
-
-    def a_at(i):
-        return A[k, i] if wl.transpose_a else A[i, k]
-
-    C = te.compute(wl.out_shape, lambda i, j: te.sum(
-        a_at(i).astype(wl.out_dtype) * P[j // xi, k, j % xi].astype(wl.out_dtype), axis=k),
-        name=MATMUL_BLOCK)
-    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, P, C])}))
+    tensors = packed_gemm_compute(wl, cfg["tile_x"].size[-1], prepacked=True)
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
     schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
                          tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1],
                          prepacked=True)

@@ -36,22 +36,15 @@ def _schedule_fused(task, config, func, epilogue: List[str]):
     return task.launch(sch.mod["main"])
 
 
-def _same_params(new, old) -> bool:
-    """Whether two PrimFuncs take buffers of the same shapes and dtypes, in the same order."""
-    def sig(f):
-        return [(tuple(int(d) for d in p.shape), str(p.dtype)) for p in f.params]
+def _same_params(func, wl) -> bool:
+    """Whether ``func`` takes the buffers of ``wl``'s kernel (``Workload.buffers``: A, B, the
+    epilogue's inputs, C), shapes and dtypes in that order: what a kernel template's kernel
+    of a subgraph task takes."""
     try:
-        return sig(new) == sig(old)
+        return [(tuple(int(d) for d in p.shape), str(p.dtype)) for p in func.params] == \
+            [(tuple(shape), dtype) for _, shape, dtype in wl.buffers()]
     except (AttributeError, TypeError):  # a scalar parameter, a symbolic shape
         return False
-
-
-def _unreport(choice):
-    """Take a choice that will not be built out of the apply context's report."""
-    from ..dispatch import current  # noqa: PLC0415
-    ctx = current()
-    if ctx is not None and ctx.report.choices and ctx.report.choices[-1] is choice:
-        ctx.report.choices.pop()
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvm_ext.ApplyTunedKernels")
@@ -91,26 +84,20 @@ class ApplyTunedKernels:
                     wl = wl.with_(epilogue=spec)
                 except TvmExtError:
                     spec = None
-            new = None
+            # A named epilogue may also take a kernel template that computes it in its own
+            # write-back (the wgmma ones), where the function takes that kernel's parameters;
+            # any other fused function needs a schedule of its blocks.
+            scheduled = fused is not None and not (spec and _same_params(f, wl))
             try:
-                # A named epilogue may also take a kernel template that computes it in its own
-                # write-back (the wgmma ones), where its kernel has the fused function's
-                # parameters; any other fused function needs a schedule of its blocks.
-                task, choice = choose(wl, self.target,
-                                      schedulable=fused is not None and not spec)
-                if fused is not None and not task.template.schedulable:
-                    new = task.instantiate(choice.config)["main"]
-                    if not _same_params(new, f):
-                        new = None
-                        _unreport(choice)  # replaced by the schedulable template's
-                        task, choice = choose(wl, self.target, schedulable=True)
+                task, choice = choose(wl, self.target, schedulable=scheduled)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
             if fused is not None and not spec and choice.tuned:
                 choice.anchor = True  # an epilogue we cannot name: its anchor's record
-            if new is None:  # (else the kernel template's, its epilogue included)
-                new = task.instantiate(choice.config)["main"] if fused is None else \
-                    _schedule_fused(task, choice.config, f, fused[2])
+            if fused is None or not task.template.schedulable:
+                new = task.instantiate(choice.config)["main"]
+            else:
+                new = _schedule_fused(task, choice.config, f, fused[2])
             new = new.without_attr("global_symbol")
             if fused is None:
                 self.plain[gv.name_hint] = (task, choice.config)
