@@ -430,13 +430,15 @@ def _wgmma(v, f) -> float:
 
 def _wgmma_ws(v, f) -> float:
     """dense_wgmma_ws / batch_matmul_wgmma_ws (ops/cuda_wgmma_ws.py), ranked as the cp.async
-    wgmma kernel of the same block tile, stages and write-back from registers: a proxy. What
-    differs is not modelled (TMA, the producer warpgroup, the persistent grid, pingpong's
-    overlap of one consumer's stores with the other's MMAs); on the H100 the two kernels of a
-    128 x 256 tile differed by 7% on 8192^3 and 2-3x where the output dominates."""
+    wgmma kernel of the same block tile, stages and write-back (from registers, or staged in
+    shared memory: ``staged_store``): a proxy. What differs is not modelled (TMA, the producer
+    warpgroup, the persistent grid, pingpong's overlap of one consumer's stores with the
+    other's MMAs, the TMA store running on under the next tile); on the H100 the two kernels
+    of a 128 x 256 tile differed by 7% on 8192^3 and 2-3x where the output dominates (both
+    storing from registers)."""
     tile = {"warpgroups": 1 if v.get("pingpong") else v["consumers"], "block_n": v["block_n"],
             "block_k": v["block_k"], "stages": v["stages"], "wgmma_wait": v["wgmma_wait"],
-            "raster": v.get("raster", 1), "stage_c": 0}
+            "raster": v.get("raster", 1), "stage_c": v.get("staged_store", 0)}
     return _wgmma(tile, f)
 
 

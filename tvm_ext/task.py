@@ -75,8 +75,8 @@ class Task:
         wl = self.workload
         axes = {"B": wl.batch, "M": wl.M, "N": wl.N, "K": wl.K}
         facts = {**self.facts, "layout": wl.layout, "dtype": wl.dtype,
-                 "out_dtype": wl.out_dtype, "epilogue": wl.epilogue,
-                 "symbolic": int(self.symbolic)}
+                 "out_dtype": wl.out_dtype, "final_dtype": wl.final_dtype,
+                 "epilogue": wl.epilogue, "symbolic": int(self.symbolic)}
         for a in ("M", "N", "K"):
             facts[f"granule_{a.lower()}"] = self.granules.get(a, axes[a])
         space = build_space(self.spec, axes, facts)

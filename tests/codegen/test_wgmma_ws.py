@@ -25,27 +25,48 @@ def test_offered_on_sm90_only():
 
 
 def test_fallbacks_are_valid_and_fit():
+    """The fallback of the H200 sweep: staged stores where the output takes them, 128 x 256
+    tiles for deep K, 128 x 128 for shallow K, pingpong's 64-row tiles where 128-row ones
+    would not fill the SMs (1024^3: 64 x 128, 128 tiles, one consumer each) or M is an odd
+    multiple of 64 with tiles enough (pingpong)."""
     sm90 = cuda_target("sm_90", "h100")
-    for op, shape in (("dense", (8192, 8192, 8192)), ("dense", (192, 320, 128)),
-                      ("dense", (1024, 1024, 1024)), ("batch_matmul", (256, 1024, 1024, 128)),
-                      ("batch_matmul", (3, 64, 64, 64))):
-        task = Task(Workload.create(op, shape, "float16", "float16", layout="TN"), sm90,
-                    template=f"{op}_wgmma_ws.cuda")
+    expect = {  # shape: (consumers, pingpong, block_n, stages, wgmma_wait, staged_store)
+        ("dense", (8192, 8192, 8192), "float16"): (2, 0, 256, 3, 0, 1),
+        ("dense", (8192, 8192, 8192), "float32"): (2, 0, 256, 2, 0, 1),
+        ("batch_matmul", (256, 1024, 1024, 128), "float16"): (2, 0, 128, 4, 0, 1),
+        ("dense", (1024, 1024, 1024), "float16"): (1, 0, 128, 6, 1, 1),
+        ("dense", (192, 320, 128), "float16"): (1, 0, 64, 6, 1, 1),
+        ("batch_matmul", (3, 64, 64, 64), "float16"): (1, 0, 64, 6, 1, 1),
+        ("batch_matmul", (64, 192, 128, 128), "float16"): (2, 1, 128, 4, 0, 1),
+    }
+    for (op, shape, out), want in expect.items():
+        wl = Workload.create(op, shape, "float16", out, layout="TN")
+        task = Task(wl, sm90, template=f"{op}_wgmma_ws.cuda")
         fb = task.fallback_config()
         assert task.space.is_valid(fb), (shape, task.space.violations(fb))
-        v = {k: fb[k].val for k in ("consumers", "block_n", "block_k", "stages", "pingpong")}
-        assert ws_smem_bytes(**v) <= task.facts["max_shared_memory_optin"]
-        # pingpong's 64-row tiles exactly where M is not a multiple of 128
-        assert v["pingpong"] == int(shape[-3] % 128 != 0), (shape, fb)
+        v = {k: fb[k].val for k in ("consumers", "block_n", "block_k", "stages", "pingpong",
+                                    "staged_store")}
+        assert ws_smem_bytes(**v, out_bytes=4 if out == "float32" else 2) \
+            <= task.facts["max_shared_memory_optin"]
+        assert (v["consumers"], v["pingpong"], v["block_n"], v["stages"],
+                fb["wgmma_wait"].val, v["staged_store"]) == want, (shape, out, v)
+    # a 1-byte output is not staged (TMA boxes of 2- and 4-byte elements)
+    wl = Workload.create("dense", (1024, 1024, 1024), "float16", "float32",
+                         epilogue="cast:int8")
+    fb = Task(wl, sm90, template="dense_wgmma_ws.cuda").fallback_config()
+    assert fb["staged_store"].val == 0
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("op, layout, dtype, knobs", [
     ("dense", "NT", "float16", dict(consumers=2, pingpong=0, block_n=256, block_k=64,
-                                    stages=4, wgmma_wait=0, raster=4)),
+                                    stages=4, wgmma_wait=0, raster=4, staged_store=0)),
     ("batch_matmul", "NN", "bfloat16", dict(consumers=2, pingpong=1, block_n=128, block_k=128,
-                                            stages=3, wgmma_wait=1, raster=2)),
-], ids=["dense_nt_coop", "bmm_nn_bf16_pingpong"])
+                                            stages=3, wgmma_wait=1, raster=2,
+                                            staged_store=0)),
+    ("batch_matmul", "TN", "float16", dict(consumers=2, pingpong=0, block_n=128, block_k=64,
+                                           stages=3, wgmma_wait=0, raster=2, staged_store=1)),
+], ids=["dense_nt_coop", "bmm_nn_bf16_pingpong", "bmm_tn_staged_store"])
 def test_codegen_compiles_for_sm90a(op, layout, dtype, knobs):
     target = cuda_target("sm_90", "h100")
     shape = (1024, 1024, 512) if op == "dense" else (4, 512, 512, 256)
@@ -56,7 +77,8 @@ def test_codegen_compiles_for_sm90a(op, layout, dtype, knobs):
     src = cuda_source(task, cfg)
     rank = 3 if op == "batch_matmul" else 2
     # A and B maps, by value (declaration and definition)
-    assert src.count("const __grid_constant__ CUtensorMap") == 4
+    assert src.count("const __grid_constant__ CUtensorMap") == 4 + 2 * knobs.get(
+        "staged_store", 0)
     assert f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier" in src
     assert "mbarrier.arrive.expect_tx" in src and "mbarrier.try_wait.parity" in src
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in src
@@ -65,6 +87,10 @@ def test_codegen_compiles_for_sm90a(op, layout, dtype, knobs):
     assert f"m64n{knobs['block_n']}k16.f32.{ty}" in src
     # persistent: one block per SM at most
     assert re.search(r"__launch_bounds__\(384\)", src)
+    if knobs.get("staged_store"):  # C's map too; stores through shared memory and TMA
+        assert f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group" in src
+        assert "st.shared.v2.f32" in src and "cp.async.bulk.wait_group.read 0;" in src
+        assert "fence.proxy.async.shared::cta" in src
     import os
     import subprocess
     import tempfile

@@ -1,6 +1,8 @@
 """The warp-specialised, persistent Hopper templates on a GPU: numerics match numpy in the 4
 layouts, f16 and bf16, cooperative and pingpong consumers, with more tiles than SMs (each
-block walks several tiles, the ring's phases running on across them)."""
+block walks several tiles, the ring's phases running on across them); the write-back from
+registers and staged (TMA stores of 2- and 4-byte outputs, 2-D and 3-D maps, a fused
+epilogue)."""
 
 import pytest
 
@@ -23,18 +25,19 @@ def test_wgmma_ws_numerics_on_gpu():
     one = dict(consumers=1, pingpong=0, block_n=256, block_k=128, stages=2, wgmma_wait=0,
                raster=1)
     cases = []
-    for i, (op, shape, layout, dtype, out) in enumerate((
-            ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16"),
-            ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32"),
-            ("dense", (1024, 1024, 512), "TN", "float16", "float32"),
-            ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16"))):
-        task = Task(Workload.create(op, shape, dtype, out, layout=layout), target,
-                    template=f"{op}_wgmma_ws.cuda")
-        configs = [task.fallback_config()] + [task.config_with(k) for k in (coop, pingpong,
-                                                                            one)]
+    for i, (op, shape, layout, dtype, out, epilogue) in enumerate((
+            ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
+            ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
+            ("dense", (1024, 1024, 512), "TN", "float16", "float32", ""),
+            ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
+            ("dense", (1024, 768, 256), "NT", "float16", "float32", "bias+gelu+cast:float16"))):
+        task = Task(Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue),
+                    target, template=f"{op}_wgmma_ws.cuda")
+        configs = [task.fallback_config()] + [task.config_with({**k, "staged_store": st})
+                                              for k in (coop, pingpong, one) for st in (0, 1)]
         assert all(task.space.is_valid(c) for c in configs), \
             [task.space.violations(c) for c in configs]
         cases.append((task, configs))
     n, failures = pool_failures(cases)
-    assert n == 16
+    assert n == 35
     assert not failures, "\n".join(failures)

@@ -112,6 +112,29 @@ def test_gpu_suite_bf16_rows_take_their_f16_twins_record():
             (wl.op, wl.batch, wl.M, wl.N, wl.K, wl.layout)
         task, config = f16_record_config(wl, target, ["logs/cuda_sm90.json"])
         assert task.workload == wl and task.space.is_valid(config)
-        assert task.name.endswith("_wgmma.cuda")
+        assert task.name.endswith(("_wgmma.cuda", "_wgmma_ws.cuda"))
     assert f16_record_config(GPU_SUITE["mm1024_f16"], target, ["logs/cuda_sm90.json"]) is None
     assert f16_record_config(bf16["mm1024_bf16"], target, []) is None
+
+
+def test_gpu_sweep_rejects_unknown_knobs_and_values_before_measuring(capsys):
+    """``--sweep T --set K=V,..``: a knob the template lacks, a value outside its candidates
+    and a malformed item are one-line errors, before any kernel is built (no GPU needed)."""
+    from tvm_ext.bench.__main__ import _knob_grid
+    from tvm_ext.bench.gpu import GPU_SUITE, run_sweep
+    from tvm_ext.errors import TvmExtError
+    from tvm_ext.target import cuda_target
+    assert _knob_grid(["staged_store=0,1", "block_n=128"]) == {"staged_store": [0, 1],
+                                                                "block_n": [128]}
+    with pytest.raises(TvmExtError, match="KNOB=V1,V2"):
+        _knob_grid(["staged_store"])
+    suite = {"attn_f16": GPU_SUITE["attn_f16"]}
+    sm90 = cuda_target("sm_90", "h100")
+    with pytest.raises(TvmExtError, match="has no knob 'blockn'"):
+        run_sweep(suite, "batch_matmul_wgmma_ws.cuda", {"blockn": [128]}, repeat=1,
+                  target=sm90)
+    with pytest.raises(TvmExtError, match="3 is not a value of .* staged_store"):
+        run_sweep(suite, "batch_matmul_wgmma_ws.cuda", {"staged_store": [0, 3]}, repeat=1,
+                  target=sm90)
+    assert main(["--suite", "cpu", "--sweep", "dense_pack.x86"]) == 2
+    assert "--sweep is an option of the gpu suite" in capsys.readouterr().err

@@ -87,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer", nargs="*", help="tuners suite: logs for xgb+transfer")
     p.add_argument("--plot", help="write the PNG plot here (ratio bars; tuner curves for the "
                                   "tuners suite; the shipped charts are docs/*.png)")
+    p.add_argument("--sweep", metavar="TEMPLATE",
+                   help="gpu suite: instead of the suite's columns, this template's fallback "
+                        "with each combination of the --set knob values (in turn with cuBLAS)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KNOB=V1,V2",
+                   help="--sweep's knob values, e.g. staged_store=0,1 block_n=128,256")
     p.add_argument("--replot", metavar="JSON",
                    help="only draw --plot from the rows of an earlier --json file")
     p.add_argument("--title", help="title of the --replot plot (default: the JSON file name)")
@@ -110,6 +115,8 @@ def main(argv=None) -> int:
             run_tuners(args.log or "tvm_ext_logs/space_4x256.json",
                        transfer_logs=args.transfer or [], plot=args.plot)
             return 0
+        if args.sweep and args.suite != "gpu":
+            raise TvmExtError("--sweep is an option of the gpu suite")
         if args.suite not in ("cpu", "gpu", "tuning-cost"):
             raise TvmExtError(f"unknown suite '{args.suite}' "
                               "(known: cpu, gpu, tuners, tuning-cost)")
@@ -126,7 +133,11 @@ def main(argv=None) -> int:
             target = host_cpu_target()
         if args.tune:
             tune_suite(suite, target, log=log, trials=args.tune, tuner=args.tuner)
-        if args.suite == "gpu":
+        if args.suite == "gpu" and args.sweep:
+            from .gpu import run_sweep  # noqa: PLC0415
+            rows = run_sweep(suite, args.sweep, _knob_grid(args.set), repeat=args.repeat,
+                             timing=args.timing)
+        elif args.suite == "gpu":
             from .gpu import run_gpu  # noqa: PLC0415
             rows = run_gpu(suite, log=log, repeat=args.repeat, timing=args.timing)
         else:
@@ -155,6 +166,20 @@ def main(argv=None) -> int:
         plot_ratios(dicts, args.plot, title=f"tvm_ext vs {ref} ({args.suite} suite)",
                     ref_name=ref)
     return 0
+
+
+def _knob_grid(items):
+    """{knob: [int values]} of --set's KNOB=V1,V2 items (one-line error on a bad item)."""
+    grid = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        try:
+            grid[knob] = [int(v) for v in values.split(",")]
+        except ValueError:
+            sep = ""
+        if not sep or not knob:
+            raise TvmExtError(f"--set {item!r}: expected KNOB=V1,V2 with integer values")
+    return grid
 
 
 def _tuning_cost(args) -> int:

@@ -77,15 +77,24 @@ def f16_record_config(wl, target, logs):
     return (task, config) if task.space.is_valid(config) else None
 
 
-def warp_specialised(wl, target, tuned_template):
-    """The task of the warp-specialised wgmma template (``*_wgmma_ws.cuda``) where it applies
-    to ``wl`` and the tuned record is of another template; else None."""
+def warp_specialised(wl, target, tuned_template, logs):
+    """(label, task, config) of the warp-specialised wgmma template (``*_wgmma_ws.cuda``)
+    where it applies to ``wl`` and the tuned record is of another template: its best record
+    in ``logs`` ("warp-specialised tuned"), else its fallback ("warp-specialised"); else
+    None."""
+    from ..dispatch import ApplyHistoryBest, apply_history_best, choose  # noqa: PLC0415
     from ..strategy import templates_for  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     name = f"{wl.op}_wgmma_ws.cuda"
     if name == tuned_template or name not in [t.name for t in templates_for(wl, target)]:
         return None
-    return Task(wl, target, template=name)
+    own = [r for r in ApplyHistoryBest(logs).records if r.task_name == name]
+    with apply_history_best(own):
+        task, choice = choose(wl, target)
+    if choice.tuned and task.name == name:
+        return "warp-specialised tuned", task, choice.config
+    task = Task(wl, target, template=name)
+    return "warp-specialised", task, task.fallback_config()
 
 
 def dlight_kernel(wl, target):
@@ -103,6 +112,69 @@ def dlight_kernel(wl, target):
     return compile_module(mod, target)
 
 
+def _reference(wl, rng):
+    """(TVM input tensors, {"cuBLAS": launch}, float64 expected output) of a workload."""
+    import torch  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+    from ..measure.check import random_inputs, reference_matmul  # noqa: PLC0415
+    a, b = random_inputs(wl, rng)
+    if wl.dtype == "bfloat16":  # torch takes no ml_dtypes array: exact through f32
+        ta, tb = (torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16).cuda()
+                  for x in (a, b))
+    else:
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
+    b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
+    if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
+        launches = {"cuBLAS": lambda: torch._int_mm(a_mk, b_kn)}
+    else:
+        launches = {"cuBLAS": lambda: torch.matmul(a_mk, b_kn)}
+    dev = tvm.cuda(0)
+    args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev))
+    return args, launches, reference_matmul(wl, a, b)
+
+
+def _checked(name, wl, args, expect, label, build, failed):
+    """The kernel's launch, after one call checked against float64 numpy; None (and the
+    reason in ``failed``) where it does not build or answers wrong."""
+    import tvm  # noqa: PLC0415
+    from ..measure.check import tolerance  # noqa: PLC0415
+    dev = tvm.cuda(0)
+    try:
+        func = build().mod["main"]
+        out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
+        func(*args, out)
+        dev.sync()
+    except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
+        print(f"  {name} {label} failed: {error_line(err, 160)}", flush=True)
+        failed[label] = "-" if label == "dlight" else "failed"
+        return None
+    if not np.allclose(out.numpy().astype(expect.dtype), expect, *tolerance(wl)):
+        print(f"  {name} {label}: numerics WRONG", flush=True)
+        failed[label] = "wrong answer"
+        return None
+    return lambda: func(*args, out)
+
+
+def _in_turn(launches, repeat, sampler):
+    """{label: (median ms, spread)} of launches sampled in turn, ``repeat`` rounds."""
+    samplers = {label: sampler(fn) for label, fn in launches.items()}
+    samples = {label: [] for label in samplers}
+    for _ in range(repeat):  # in turn: cuBLAS, then each kernel, cuBLAS, ...
+        for label, smp in samplers.items():
+            samples[label].append(smp.sample())
+    del samplers
+    return {label: median_ms(s) for label, s in samples.items()}
+
+
+def _samplers(timing):
+    import torch  # noqa: PLC0415
+    from ..measure.timing import EagerSampler, GraphSampler  # noqa: PLC0415
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return GraphSampler if timing == "graph" else EagerSampler
+
+
 def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") -> List[Row]:
     """cuBLAS (torch) vs dlight vs tvm_ext fallback vs tvm_ext tuned, per workload, each timed
     by ``timing`` ("graph": CUDA-graph replays, kernel time; "eager": eager calls, launch
@@ -110,57 +182,18 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
     so a clock or temperature drift during the row falls on all of them alike. Tuned rows also
     replay their record as the tuner measured it (``replay_ms``): the pool's build and a fresh
     runner process, the tuner's timing."""
-    import torch  # noqa: PLC0415
-    import tvm  # noqa: PLC0415
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
-    from ..measure.check import random_inputs, reference_matmul, tolerance  # noqa: PLC0415
-    from ..measure.timing import EagerSampler, GraphSampler  # noqa: PLC0415
     from ..target import default_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    sampler = GraphSampler if timing == "graph" else EagerSampler
+    sampler = _samplers(timing)
     target = default_target()
-    dev = tvm.cuda(0)
     rng = np.random.default_rng(0)
     rows = []
     logs = [log] if log and os.path.exists(log) else []
     for name, wl in suite.items():
         task = Task(wl, target)
-        a, b = random_inputs(wl, rng)
-        if wl.dtype == "bfloat16":  # torch takes no ml_dtypes array: exact through f32
-            ta, tb = (torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16).cuda()
-                      for x in (a, b))
-        else:
-            ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
-        b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
-        if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
-            launches = {"cuBLAS": lambda: torch._int_mm(a_mk, b_kn)}
-        else:
-            launches = {"cuBLAS": lambda: torch.matmul(a_mk, b_kn)}
-        args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev))
-        expect = reference_matmul(wl, a, b)
+        args, launches, expect = _reference(wl, rng)
         failed = {}
-
-        def checked(label, build):
-            """The kernel's launch, after one call checked against float64 numpy; None (and
-            the reason in ``failed``) where it does not build or answers wrong."""
-            try:
-                func = build().mod["main"]
-                out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-                func(*args, out)
-                dev.sync()
-            except Exception as err:  # noqa: BLE001  (a failing kernel is a row, not the end)
-                print(f"  {name} {label} failed: {error_line(err, 160)}", flush=True)
-                failed[label] = "-" if label == "dlight" else "failed"
-                return None
-            if not np.allclose(out.numpy().astype(expect.dtype), expect, *tolerance(wl)):
-                print(f"  {name} {label}: numerics WRONG", flush=True)
-                failed[label] = "wrong answer"
-                return None
-            return lambda: func(*args, out)
-
         with apply_history_best(logs):
             task_t, choice = choose(wl, target)
         tuned_label = "tuned" if choice.tuned else "untuned"
@@ -170,20 +203,14 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
         twin = None if choice.tuned else f16_record_config(wl, target, logs)
         if twin is not None:
             builds.append(("f16 record", lambda: twin[0].build(twin[1])))
-        ws = warp_specialised(wl, target, choice.template)
-        if ws is not None:  # the TMA / warp-specialised / persistent kernel's fallback
-            builds.append(("warp-specialised", lambda: ws.build(ws.fallback_config())))
+        ws = warp_specialised(wl, target, choice.template, logs)
+        if ws is not None:  # the TMA / warp-specialised / persistent kernel
+            builds.append((ws[0], lambda: ws[1].build(ws[2])))
         for label, build in builds:
-            launch = checked(label, build)
+            launch = _checked(name, wl, args, expect, label, build, failed)
             if launch is not None:
                 launches[label] = launch
-        samplers = {label: sampler(fn) for label, fn in launches.items()}
-        samples = {label: [] for label in samplers}
-        for _ in range(repeat):  # in turn: cuBLAS, dlight, fallback, tuned, cuBLAS, ...
-            for label, smp in samplers.items():
-                samples[label].append(smp.sample())
-        del samplers
-        res = {label: median_ms(s) for label, s in samples.items()}
+        res = _in_turn(launches, repeat, sampler)
         for label, _ in builds:
             if label in failed:
                 res[label] = (float("nan") if failed[label] != "wrong answer" else float("inf"),
@@ -191,10 +218,71 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
             print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]})", flush=True)
             rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],
                             twin[0].name if label == "f16 record" else
-                            ws.name if label == "warp-specialised" else choice.template))
+                            ws[1].name if ws is not None and label == ws[0] else
+                            task.name if label == "fallback" else
+                            "dlight" if label == "dlight" else choice.template))
             if label == "tuned" and label not in failed:
                 rows[-1].recorded_ms = choice.record_cost * 1e3
                 rows[-1].replay_ms = replay_record(task_t, choice.config)
+    return rows
+
+
+def run_sweep(suite, template: str, grid, *, repeat: int, timing: str = "graph",
+              target=None) -> List[Row]:
+    """``--sweep``: per workload, the template's (that of the workload's op: ``dense_X`` and
+    ``batch_matmul_X`` are one template here) fallback with each combination of the knob
+    values in ``grid`` ({knob: [values]}) set on it, every kernel numerically checked and
+    sampled in turn with cuBLAS; a combination outside the space's rules is a row that says
+    which rule."""
+    import itertools  # noqa: PLC0415
+    from ..target import default_target  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
+    from ..errors import TvmExtError  # noqa: PLC0415
+    target = target or default_target()
+    suffix = template
+    for op in ("batch_matmul_", "dense_"):  # the template of each workload's own op
+        suffix = suffix[len(op):] if suffix.startswith(op) else suffix
+    tasks = {name: Task(wl, target, template=f"{wl.op}_{suffix}") for name, wl in suite.items()}
+    for task in tasks.values():  # every name and value checked before anything is measured
+        unknown = [k for k in grid if k not in task.space.knobs]
+        if unknown:
+            raise TvmExtError(f"--set: {task.name} has no knob {unknown[0]!r} (knobs: "
+                              f"{', '.join(task.space.knobs)})")
+        for k, values in grid.items():
+            knob = task.space.knobs[k]
+            have = [getattr(e, "val", None) for e in knob.entities]
+            bad = [v for v in values if knob.kind != "ot" or v not in have]
+            if bad:
+                raise TvmExtError(f"--set: {bad[0]} is not a value of {task.name}'s knob {k} "
+                                  f"(values: {have})")
+    sampler = _samplers(timing)
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, wl in suite.items():
+        task = tasks[name]
+        args, launches, expect = _reference(wl, rng)
+        failed, builds = {}, []
+        for values in itertools.product(*grid.values()):
+            knobs = dict(zip(grid, values))
+            cfg = task.config_with(knobs)
+            label = " ".join(f"{k}={v}" for k, v in knobs.items()) or "fallback"
+            if not task.space.is_valid(cfg):
+                print(f"  {name} {label}: not in the space ("
+                      f"{'; '.join(task.space.violations(cfg))})", flush=True)
+                continue
+            builds.append((label, cfg))
+            launch = _checked(name, wl, args, expect, label, lambda c=cfg: task.build(c), failed)
+            if launch is not None:
+                launches[label] = launch
+        res = _in_turn(launches, repeat, sampler)
+        for label, cfg in builds:
+            if label in failed:
+                res[label] = (float("nan") if failed[label] != "wrong answer" else float("inf"),
+                              failed[label])
+            print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]}) {cfg}",
+                  flush=True)
+            rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],
+                            task.name))
     return rows
 
 

@@ -27,34 +27,44 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   (``cuda_wgmma.epilogue_buffers``).
 - **Persistent grid.** ``min(tiles, SMs)`` blocks walk the output tiles ``blockIdx.x +
   i * gridDim.x`` in the grouped order of ``raster`` M tiles (L2 reuse). The ring's stages run
-  on across tiles: while the consumers store one tile's accumulators (registers -> global,
-  in pairs), the producer already loads the next tile's first stages.
+  on across tiles: while the consumers store one tile, the producer already loads the next
+  tile's first stages.
+- **Write-back** (``staged_store``). 0: each consumer stores its accumulators from registers
+  to global memory in 2-element pairs. 1: each consumer writes them (the epilogue computed on
+  the way) into its own 64 x block_n tile of shared memory, in the layout of a TMA box with
+  the 128-byte swizzle (boxes of 64 rows x 128 bytes, 16-byte chunks XOR-permuted by row: a
+  warp's 4-byte stores hit 32 banks), fences the generic-proxy writes for the async proxy
+  (``fence.proxy.async``), meets its warpgroup at a named barrier, and one thread issues the
+  TMA stores (``cp.async.bulk.tensor ... global.shared::cta.bulk_group``, C's tensor map
+  encoded by the host as A's and B's). The stores run on while the consumer computes its
+  next tile; before it writes the tile again, that thread waits until they have read it
+  (``cp.async.bulk.wait_group.read 0``) and the named barrier tells the warpgroup. The shared
+  stores are ``st.shared`` instructions, not buffer stores, so TVM's sync planner (which
+  refuses a shared buffer written and read inside the warpgroups' branches) inserts nothing:
+  the named barriers are the synchronisation.
 
 The mbarrier phases come from one running count of K steps per block (``g``): slot ``g %
 stages``, phase ``g // stages % 2``; the producer's first pass over the ring waits on the
 parity before the barrier's first phase, which is complete at initialisation.
 
-Measured (docs/BENCHMARKS.md, ``python -m tvm_ext.bench --suite gpu``): its fallback is
-7-13% faster than the shipped cp.async records on the f16 / bf16 8192^3 GEMMs (0.93-0.94x of
-cuBLAS on an H100, 0.98-0.99x on an H200, against 0.87-0.88x, same process), and 2-3x
-slower where the output dominates (the attention scores, K = 128: 0.35-0.40x; 1024^3:
-0.37x): its consumers store their accumulators from registers in 4-byte pairs, a write-back
-the one block an SM cannot hide. A staged
-epilogue (shared memory, then coalesced rows or a TMA store) is the next step; TVM's
-shared-memory sync planner refuses a shared C tile inside the warpgroups' branches ("Cannot
-insert syncs inside condition"), so it needs stores the planner does not see. Its priority
-is below the cp.async template's: the default stays that template, and tuning finds this
-one where it wins.
+Measured (docs/BENCHMARKS.md, ``python -m tvm_ext.bench --suite gpu``; ratios cuBLAS / ours in
+one process): storing from registers, its fallback was 0.93-0.99x of cuBLAS on the f16 / bf16
+8192^3 GEMMs and 0.35-0.40x where the output dominates (the attention scores, K = 128;
+1024^3). With the staged TMA store (H200 sweep): attention 0.36x -> 1.00x, 1024^3 0.83x ->
+1.04x (then 1.17-1.19x tuned), 8192^3 1.03x -> 1.11x for the same tiles. Its records in
+``logs/cuda_sm90.json`` are the shipped kernels of those rows; its priority stays below the
+cp.async template's for shapes without a record (measured on these rows only).
 
 Scope: as the cp.async template's exact kernel (the 4 layouts, f16 or bf16 in, the input's
 dtype or f32 out, M and N multiples of the block tile, K of ``block_k``), no shape families
-(no guarded kernel). The ring, its barriers and nothing else live in one dynamic shared
+(no guarded kernel). The ring, the staged C tiles and the barriers live in one dynamic shared
 buffer, whose start must be 1024-byte aligned (the swizzle is a function of the address): no
 static shared memory is declared, as in the cp.async template.
 """
 from __future__ import annotations
 
 from ..template import KernelTemplate
+from ..workload import DTYPE_BYTES
 from .common import fallback_raster
 from .cuda_wgmma import (ROW_K, _wgmma_target, acc_col, acc_row, check_wgmma,
                          descriptor_offsets, epilogue_buffers, grouped_tile,
@@ -64,16 +74,20 @@ from .cuda_wgmma import (ROW_K, _wgmma_target, acc_col, acc_row, check_wgmma,
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
 
 
-def ws_smem_bytes(consumers, block_n, block_k, stages, pingpong=0):
-    """Bytes of the kernel's dynamic shared memory: the ring, 2 mbarriers a stage and one
-    a consumer (pingpong's turns)."""
+def ws_smem_bytes(consumers, block_n, block_k, stages, pingpong=0, staged_store=0,
+                  out_bytes=2):
+    """Bytes of the kernel's dynamic shared memory: the ring, (``staged_store``) a 64 x
+    block_n output tile of ``out_bytes`` elements a consumer, 2 mbarriers a stage and one a
+    consumer (pingpong's turns)."""
     block_m = 64 if pingpong else 64 * consumers
-    return (block_m + block_n) * block_k * 2 * stages + 16 * stages + 8 * consumers
+    return ((block_m + block_n) * block_k * 2 * stages
+            + staged_store * consumers * 64 * block_n * out_bytes
+            + 16 * stages + 8 * consumers)
 
 
 def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int,
                   wgmma_wait: int, raster: int, num_sms: int, pingpong: int = 0,
-                  target=None):
+                  staged_store: int = 0, target=None):
     """The PrimFunc of one config (see the module doc)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.script import tirx as T  # noqa: PLC0415
@@ -143,10 +157,30 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         c = [k, r] if kmajor else [r, k]
         return c + ([bz] if is_bmm else [])
 
+    fin = wl.final_dtype
+    ob = DTYPE_BYTES[fin]
+    c_box = 128 // ob  # columns of a C box: 128 bytes, the 128-byte swizzle's row
+    c_elems = 64 * BN  # one consumer's staged tile
+    c_map = ([N, M] + ([batch] if is_bmm else []), [N * ob] + ([M * N * ob] if is_bmm else []),
+             [c_box, 64] + ([1] if is_bmm else []))
+    c_store = (f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group")
+    c_st = "st.shared.v2.f32" if ob == 4 else "st.shared.v2.b16"
+    ring_bytes = ring_elems * 2
+
+    def c_off(cw, row, col):
+        """Element offset in the staged C of (row, col) of consumer cw's 64 x BN tile: boxes
+        of 64 rows x c_box columns, 16-byte chunks XOR-permuted by row (128-byte swizzle)."""
+        per = 16 // ob
+        return (cw * c_elems + col // c_box * 64 * c_box + row * c_box
+                + ((col % c_box // per) ^ (row % 8)) * per + col % per)
+
     attrs = {"global_symbol": "main", "tirx.noalias": True}
     if target is not None:
         attrs["target"] = _wgmma_target(target)
-    dyn_bytes = ws_smem_bytes(consumers, BN, BK, S, pingpong)  # the ring, then the barriers
+    st = bool(staged_store)
+    # the ring, the staged C tiles, then the barriers
+    dyn_bytes = ws_smem_bytes(consumers, BN, BK, S, pingpong, staged_store, ob)
+    bar_off = (ring_bytes + staged_store * consumers * c_elems * ob) // 8
     pp = bool(pingpong)
     empty_count = 1 if pp else consumers  # arrivals that free a slot
     n_order = consumers if pp else 0  # the pingpong consumers' turn barriers
@@ -165,7 +199,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
 
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
-               C: T.Buffer(c_shape, wl.final_dtype)):
+               C: T.Buffer(c_shape, fin)):
         T.func_attr(attrs)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, ind, rank, A.data,
@@ -173,13 +207,18 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, ind, rank, B.data,
                       *b_map[0], *b_map[1], *b_map[2], *([1] * rank), 0, 3, 2, 0)
+        C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        if st:
+            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, fin, rank, C.data,
+                          *c_map[0], *c_map[1], *c_map[2], *([1] * rank), 0, 3, 2, 0)
         bx = T.launch_thread("blockIdx.x", grid)
         tx = T.launch_thread("threadIdx.x", threads)
         pool = T.alloc_buffer((dyn_bytes,), "uint8", scope="shared.dyn")
         smem = T.decl_buffer((ring_elems,), ind, data=pool.data, scope="shared.dyn")
+        cst = T.decl_buffer((consumers * c_elems,), fin, data=pool.data,
+                            elem_offset=ring_bytes // ob, scope="shared.dyn")
         bars = T.decl_buffer((2 * S + consumers,), "uint64", data=pool.data,
-                             elem_offset=ring_elems // 4,
-                             scope="shared.dyn")
+                             elem_offset=bar_off, scope="shared.dyn")
         acc = T.alloc_buffer((n_acc,), "float32", scope="local")
         da = T.alloc_buffer((1,), "uint64", scope="local")
         db = T.alloc_buffer((1,), "uint64", scope="local")
@@ -275,13 +314,46 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                             T.ptx.mbarrier.arrive.shared.b64(
                                 T.address_of(bars[2 * S + tirx.truncmod(cw + 1, consumers)]),
                                 T.uint32(1))
-                    for j in T.unroll(BN // 8):
-                        for h in T.unroll(2):
-                            for v in T.vectorized(2):
-                                idx = T.meta_var((bz,) * is_bmm + (
+                    if st:
+                        # the staged tile: free once this consumer's last TMA store has read
+                        # it; written (swizzled, conflict-free), made visible to the async
+                        # proxy, and stored by TMA while the next tile's mainloop runs
+                        if lane == 0:
+                            T.ptx["cp.async.bulk.wait_group.read"](0)
+                        T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
+                        for j in T.unroll(BN // 8):
+                            for h in T.unroll(2):
+                                idx0 = T.meta_var((bz,) * is_bmm + (
                                     bm * BM + r0 + acc_row(lane, h),
-                                    bn * BN + acc_col(lane, j, v)))
-                                C[idx] = epi(T.Cast(out, acc[j * 4 + h * 2 + v]), idx)
+                                    bn * BN + acc_col(lane, j, 0)))
+                                idx1 = T.meta_var((bz,) * is_bmm + (
+                                    bm * BM + r0 + acc_row(lane, h),
+                                    bn * BN + acc_col(lane, j, 1)))
+                                T.ptx[c_st](
+                                    T.address_of(cst[c_off(cw, acc_row(lane, h),
+                                                           acc_col(lane, j, 0))]),
+                                    epi(T.Cast(out, acc[j * 4 + h * 2]), idx0),
+                                    epi(T.Cast(out, acc[j * 4 + h * 2 + 1]), idx1))
+                        T.ptx["fence.proxy.async.shared::cta"]()
+                        T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
+                        if lane == 0:
+                            for q in T.unroll(BN // c_box):
+                                T.ptx[c_store](
+                                    T.address_of(C_map),
+                                    *coords(True, bm * BM + r0, bn * BN + q * c_box, bz),
+                                    T.address_of(cst[cw * c_elems + q * 64 * c_box]))
+                            T.ptx["cp.async.bulk.commit_group"]()
+                    else:
+                        for j in T.unroll(BN // 8):
+                            for h in T.unroll(2):
+                                for v in T.vectorized(2):
+                                    idx = T.meta_var((bz,) * is_bmm + (
+                                        bm * BM + r0 + acc_row(lane, h),
+                                        bn * BN + acc_col(lane, j, v)))
+                                    C[idx] = epi(T.Cast(out, acc[j * 4 + h * 2 + v]), idx)
+            if st:
+                if lane == 0:
+                    T.ptx["cp.async.bulk.wait_group"](0)
 
     return with_epilogue_params(kernel, extras)
 
@@ -292,23 +364,47 @@ def kernel_from_config(wl, cfg, facts, target, sizes=None):
                          block_k=cfg["block_k"].val, stages=cfg["stages"].val,
                          wgmma_wait=cfg["wgmma_wait"].val, raster=cfg["raster"].val,
                          pingpong=cfg["pingpong"].val, num_sms=facts["num_sms"],
+                         staged_store=cfg["staged_store"].val if "staged_store" in cfg else 0,
                          target=target)
 
 
 def fallback_ws(space, wl, facts):
-    """Untuned: the best config of a first H100 exploration on 8192^3: two cooperative
-    consumers of 64 x 256 (128 x 256 tiles) in 64-deep stages, as many (up to 4) as the
-    shared memory holds, each K step's MMAs finished before its slot is freed; narrower
-    tiles where N or M does not take them (pingpong's 64-row tiles where M is an odd
-    multiple of 64)."""
-    bn = next(b for b in (256, 128, 64) if wl.N % b == 0)
-    pingpong = int(wl.M % 128 != 0)
+    """Untuned, from the H200 sweep of docs/BENCHMARKS.md (``--sweep wgmma_ws.cuda``): the
+    output staged and stored by TMA (where it is 2 or 4 bytes an element), 128 x 256 tiles of
+    two cooperative consumers where K is deep (8192^3: 1.11x cuBLAS), 128 x 128 where it is
+    shallow and the output dominates (the attention scores, K = 128: 1.00x against 0.93x),
+    64-row tiles where the 128-row ones would leave SMs idle (1024^3: 1.04x against 0.83x,
+    then 1.19x tuned: one consumer, a batch of MMAs left in flight, 6 stages) or M is an odd
+    multiple of 64 (pingpong); as many stages (up to 4) as the shared memory holds, each K
+    step's MMAs finished before its slot is freed."""
+    ob = DTYPE_BYTES[wl.final_dtype]
+    staged = int(ob >= 2)
+    # block tiles, largest first (at equal area the wider N); the first that divides the
+    # shape into 3/4 of a wave of tiles or more, else the smallest that divides it
+    shapes = [(0, 256), (0, 128), (1, 256), (1, 128), (0, 64), (1, 64)]
+    if wl.K < 512:
+        shapes = [(p, b) for p, b in shapes if b < 256]
+    fit = [(p, b) for p, b in shapes if wl.M % (64 if p else 128) == 0 and wl.N % b == 0]
+    pingpong, bn = next((p, b) for p, b in fit + [(1, 64)]
+                        if p == 1 and b == 64 or
+                        4 * wl.batch * (wl.M // (64 if p else 128)) * (wl.N // b)
+                        >= 3 * facts["num_sms"])
     bm = 64 if pingpong else 128
-    stages = next((s for s in (4, 3) if ws_smem_bytes(2, bn, ROW_K, s, pingpong)
-                   <= facts["max_shared_memory_optin"]), 2)
-    return {"consumers": 2, "pingpong": pingpong, "block_n": bn, "block_k": ROW_K,
-            "stages": stages, "wgmma_wait": 0,
-            "raster": fallback_raster(wl, facts, bm, bn)}
+    consumers, wait, most = 2, 0, 4
+    if pingpong and wl.batch * (wl.M // 64) * (wl.N // bn) <= facts["num_sms"]:
+        # a tile a block: one consumer (pingpong's second would idle), a batch of MMAs in
+        # flight and a deeper ring (H200 1024^3: 4.6 us against 5.4 for pingpong, wait 0)
+        consumers, pingpong, wait, most = 1, 0, 1, 6
+
+    def fits(s, st):
+        return ws_smem_bytes(consumers, bn, ROW_K, s, pingpong, st, ob) \
+            <= facts["max_shared_memory_optin"]
+    if not any(fits(s, staged) for s in (4, 3, 2)):
+        staged = 0
+    stages = next((s for s in range(most, 2, -1) if fits(s, staged)), 2)
+    return {"consumers": consumers, "pingpong": pingpong, "block_n": bn, "block_k": ROW_K,
+            "stages": stages, "wgmma_wait": wait if stages >= 3 else 0,
+            "staged_store": staged, "raster": fallback_raster(wl, facts, bm, bn)}
 
 
 def _template(op):
