@@ -138,3 +138,26 @@ def test_gpu_sweep_rejects_unknown_knobs_and_values_before_measuring(capsys):
                   target=sm90)
     assert main(["--suite", "cpu", "--sweep", "dense_pack.x86"]) == 2
     assert "--sweep is an option of the gpu suite" in capsys.readouterr().err
+
+
+def test_gpu_rows_sample_in_turn_and_mark_failed_kernels():
+    """The GPU rows' sampler (no GPU needed): every launch sampled once a round, in the
+    launches' order; a kernel that failed has no launch and gets nan, a wrong one inf."""
+    import math
+    from tvm_ext.bench.gpu import _in_turn
+    order = []
+
+    class Sampler:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def sample(self):
+            order.append(self.fn())
+            return 1e-3
+
+    res = _in_turn({"cuBLAS": lambda: "c", "tuned": lambda: "t"}, 3, Sampler,
+                   {"dlight": "-", "fallback": "wrong answer"})
+    assert order == ["c", "t"] * 3
+    assert res["cuBLAS"] == res["tuned"] == (1.0, "1.000-1.000")
+    assert math.isnan(res["dlight"][0]) and res["dlight"][1] == "-"
+    assert res["fallback"] == (math.inf, "wrong answer")

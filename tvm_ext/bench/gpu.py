@@ -156,15 +156,19 @@ def _checked(name, wl, args, expect, label, build, failed):
     return lambda: func(*args, out)
 
 
-def _in_turn(launches, repeat, sampler):
-    """{label: (median ms, spread)} of launches sampled in turn, ``repeat`` rounds."""
+def _in_turn(launches, repeat, sampler, failed):
+    """{label: (median ms, spread)} of launches sampled in turn, ``repeat`` rounds; a label in
+    ``failed`` (no launch) gets (nan, reason), or (inf, ...) for a wrong answer."""
     samplers = {label: sampler(fn) for label, fn in launches.items()}
     samples = {label: [] for label in samplers}
     for _ in range(repeat):  # in turn: cuBLAS, then each kernel, cuBLAS, ...
         for label, smp in samplers.items():
             samples[label].append(smp.sample())
     del samplers
-    return {label: median_ms(s) for label, s in samples.items()}
+    res = {label: median_ms(s) for label, s in samples.items()}
+    for label, why in failed.items():
+        res[label] = (float("inf") if why == "wrong answer" else float("nan"), why)
+    return res
 
 
 def _samplers(timing):
@@ -210,11 +214,8 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
             launch = _checked(name, wl, args, expect, label, build, failed)
             if launch is not None:
                 launches[label] = launch
-        res = _in_turn(launches, repeat, sampler)
+        res = _in_turn(launches, repeat, sampler, failed)
         for label, _ in builds:
-            if label in failed:
-                res[label] = (float("nan") if failed[label] != "wrong answer" else float("inf"),
-                              failed[label])
             print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]})", flush=True)
             rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],
                             twin[0].name if label == "f16 record" else
@@ -274,11 +275,8 @@ def run_sweep(suite, template: str, grid, *, repeat: int, timing: str = "graph",
             launch = _checked(name, wl, args, expect, label, lambda c=cfg: task.build(c), failed)
             if launch is not None:
                 launches[label] = launch
-        res = _in_turn(launches, repeat, sampler)
+        res = _in_turn(launches, repeat, sampler, failed)
         for label, cfg in builds:
-            if label in failed:
-                res[label] = (float("nan") if failed[label] != "wrong answer" else float("inf"),
-                              failed[label])
             print(f"  {name} {label}: {res[label][0]:.4f} ms ({res[label][1]}) {cfg}",
                   flush=True)
             rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *res["cuBLAS"], *res[label],

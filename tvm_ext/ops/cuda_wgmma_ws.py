@@ -364,7 +364,7 @@ def kernel_from_config(wl, cfg, facts, target, sizes=None):
                          block_k=cfg["block_k"].val, stages=cfg["stages"].val,
                          wgmma_wait=cfg["wgmma_wait"].val, raster=cfg["raster"].val,
                          pingpong=cfg["pingpong"].val, num_sms=facts["num_sms"],
-                         staged_store=cfg["staged_store"].val if "staged_store" in cfg else 0,
+                         staged_store=cfg["staged_store"].val,
                          target=target)
 
 
