@@ -138,6 +138,8 @@ def test_gpu_sweep_rejects_unknown_knobs_and_values_before_measuring(capsys):
                   target=sm90)
     assert main(["--suite", "cpu", "--sweep", "dense_pack.x86"]) == 2
     assert "--sweep is an option of the gpu suite" in capsys.readouterr().err
+    assert main(["--suite", "gpu", "--set", "block_n=128"]) == 2
+    assert "--set gives --sweep's knob values" in capsys.readouterr().err
 
 
 def test_gpu_rows_sample_in_turn_and_mark_failed_kernels():

@@ -18,6 +18,11 @@ clock or temperature drift falls on all of them alike. Each tuned record is also
 the tuner measured it (pool build, fresh runner process) and compared with the time in the
 record (the replay check).
 
+Knob sweep (``--suite gpu --only KEY ... --sweep wgmma_ws.cuda --set staged_store=0,1
+block_n=128,256``): instead of those columns, the template's fallback (for each workload's
+op) with each combination of the ``--set`` values, every kernel checked against numpy and
+sampled in turn with cuBLAS; an unknown knob or value is an error before anything is built.
+
 Tuning cost (``--suite tuning-cost``): for each workload of the GPU suite (on a GPU; else the CPU
 suite), the XGB tuner starts from scratch (a fresh log, no transfer) on the template of the
 shipped best record, and stops once a config reaches 90% of that record's speed (cost <= record
@@ -117,6 +122,8 @@ def main(argv=None) -> int:
             return 0
         if args.sweep and args.suite != "gpu":
             raise TvmExtError("--sweep is an option of the gpu suite")
+        if args.set and not args.sweep:
+            raise TvmExtError("--set gives --sweep's knob values: name the template with --sweep")
         if args.suite not in ("cpu", "gpu", "tuning-cost"):
             raise TvmExtError(f"unknown suite '{args.suite}' "
                               "(known: cpu, gpu, tuners, tuning-cost)")
