@@ -38,7 +38,7 @@ import numpy as np
 from . import record as rec
 from .errors import LogError, TvmExtError, run_command
 from .target import describe, target_info
-from .workload import Workload
+from .workload import FP8, Workload
 
 PROG = "tvm_ext.report"
 logger = logging.getLogger("tvm_ext")
@@ -273,25 +273,39 @@ def _vendor_cpu(wl: Workload, inputs) -> Tuple[str, Optional[Callable], str]:
     return name, (lambda: np.matmul(a_mk, b_kn)), note
 
 
+def torch_matmul(wl: Workload, a: np.ndarray, b: np.ndarray) -> Callable:
+    """cuBLAS through torch for ``wl``'s matmul on numpy inputs (moved to the GPU; bf16 and
+    fp8 exactly through f32): ``torch._int_mm`` for int8 (cuBLASLt), ``torch._scaled_mm``
+    with unit scales for fp8 (cuBLASLt, B column-major: layout NT, the out dtype),
+    ``torch.matmul`` otherwise. TF32 is off: our f32 kernels compute in f32."""
+    import torch  # noqa: PLC0415
+    if wl.dtype in ("bfloat16", *FP8):
+        ta, tb = (torch.from_numpy(x.astype(np.float32)).to(getattr(torch, wl.dtype)).cuda()
+                  for x in (a, b))
+    else:
+        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
+    b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if wl.dtype == "int8":
+        return lambda: torch._int_mm(a_mk, b_kn)
+    if wl.dtype in FP8:
+        one, out = torch.ones((), device="cuda"), getattr(torch, wl.out_dtype)
+        return lambda: torch._scaled_mm(a_mk, b_kn, scale_a=one, scale_b=one, out_dtype=out)
+    return lambda: torch.matmul(a_mk, b_kn)
+
+
 def _vendor_cuda(wl: Workload, inputs) -> Tuple[str, Optional[Callable], str]:
-    """cuBLAS through torch: ``torch._int_mm`` for int8 dense (cuBLASLt), ``torch.matmul``
-    otherwise (TF32 off for float32: our f32 kernels compute in f32)."""
+    """cuBLAS through torch (``torch_matmul``)."""
     name = "cuBLAS" if not wl.epilogue else "cuBLAS (matmul only)"
     try:
         import torch  # noqa: PLC0415
     except ImportError:
         return name, None, "torch is not importable: no cuBLAS to compare with"
-    if wl.dtype == "uint8" or (wl.dtype == "int8" and wl.op != "dense"):
+    if wl.dtype == "uint8" or (wl.dtype in ("int8", *FP8) and wl.op != "dense"):
         return name, None, f"torch has no cuBLAS {wl.op} for {wl.dtype}"
-    a, b = (torch.from_numpy(x.astype(np.float32) if wl.dtype == "bfloat16" else x).cuda()
-            for x in inputs[:2])
-    if wl.dtype == "bfloat16":
-        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
-    a_mk = a.transpose(-1, -2) if wl.transpose_a else a
-    b_kn = b.transpose(-1, -2) if wl.transpose_b else b
-    torch.backends.cuda.matmul.allow_tf32 = False
-    fn = (lambda: torch._int_mm(a_mk, b_kn)) if wl.dtype == "int8" else \
-        (lambda: torch.matmul(a_mk, b_kn))
+    fn = torch_matmul(wl, *inputs[:2])
     try:
         fn()
         torch.cuda.synchronize()

@@ -651,7 +651,7 @@ def hardware_facts(target, dtype: str = "float32") -> Dict[str, Any]:
     alone, and the builder processes that make tasks never initialise CUDA)."""
     info = target_info(target)
     bits = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8,
-            "uint8": 8, "int32": 32}.get(dtype, 32)
+            "uint8": 8, "int32": 32, "float8_e4m3fn": 8, "float8_e5m2": 8}.get(dtype, 32)
     if info["kind"] == "cuda":
         d = dict(target.export()) if not isinstance(target, (str, dict)) else {}
         arch = info["arch"] or "sm_90"
@@ -734,6 +734,8 @@ def facts_lines(target, dtype: str = "float32") -> List[str]:
                      ("f32_fma_per_clock_per_sm", lambda v: f"{v} f32 FMA/clock")])]
         peak_key = {"float16": "peak_f16_tensor_tflops", "bfloat16": "peak_bf16_tensor_tflops",
                     "int8": "peak_int8_tensor_tops", "uint8": "peak_int8_tensor_tops",
+                    "float8_e4m3fn": "peak_fp8_tensor_tflops",
+                    "float8_e5m2": "peak_fp8_tensor_tflops",
                     "float32": "peak_f32_tflops"}.get(dtype)
         peak = f[peak_key].value if peak_key else None
         roof = (peak, "TFLOP/s", f["dram_tbs"].value, "TB/s")

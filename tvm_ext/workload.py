@@ -22,15 +22,19 @@ from .errors import WorkloadError
 
 OPS = ("batch_matmul", "dense")
 LAYOUTS = ("NN", "NT", "TN", "TT")
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32",
+          "float8_e4m3fn", "float8_e5m2")
+#: The 8-bit floats (OCP FP8: e4m3 without infinities, e5m2), which Hopper's wgmma multiplies.
+FP8 = ("float8_e4m3fn", "float8_e5m2")
 # The output (accumulator) dtypes each input dtype may have, the default first: a narrower
 # integer output would wrap, a float output of int inputs (or int of floats) is no matmul that
 # a template computes.
 OUT_DTYPES = {"float16": ("float32", "float16"), "bfloat16": ("float32", "bfloat16"),
               "float32": ("float32",), "float64": ("float64",), "int8": ("int32",),
-              "uint8": ("int32",), "int32": ("int32",)}
+              "uint8": ("int32",), "int32": ("int32",),
+              **{f8: ("float32", "float16", "bfloat16") for f8 in FP8}}
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1,
-               "int32": 4}
+               "int32": 4, **{f8: 1 for f8 in FP8}}
 # Kernels index their buffers with int32: a buffer of more elements cannot be addressed.
 MAX_ELEMENTS = 2**31 - 1
 

@@ -103,3 +103,39 @@ def test_codegen_compiles_for_sm90a(op, layout, dtype, knobs):
         cubin = open(cu + ".cubin", "rb").read() if out.returncode == 0 else b""
     assert len(cubin) > 1000, out.stderr[-500:]
     assert "0 bytes spill stores" in out.stderr, out.stderr[-500:]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_fp8_is_k_major_and_compiles_for_sm90a():
+    """fp8 (e4m3 / e5m2) inputs: only the warp-specialised template takes them, only in layout
+    NT (wgmma reads fp8 K-major), K a multiple of 128; the kernel issues m64nNk32 e4m3/e5m2
+    wgmma on the 16-bit kernel's tiles (a stage of 128 fp8 = 128 bytes of K) and compiles for
+    sm_90a with nvcc, no spills."""
+    import subprocess
+    import tempfile
+
+    from tvm_ext.errors import TemplateError
+    target = cuda_target("sm_90", "h100")
+    wl = Workload.create("dense", (1024, 1024, 1024), "float8_e4m3fn", "float16", layout="NT")
+    assert [t.name for t in templates_for(wl, target)] == ["dense_wgmma_ws.cuda"]
+    with pytest.raises(TemplateError, match="wgmma reads fp8 operands K-major only"):
+        templates_for(wl.with_(layout="NN"), target)
+    with pytest.raises(TemplateError, match="fp8 K must be a multiple of 128"):
+        templates_for(wl.with_(K=192), target)
+    task = Task(Workload.create("batch_matmul", (2, 512, 512, 512), "float8_e5m2", "float32",
+                                layout="NT", epilogue="scale:0.5+cast:bfloat16"), target,
+                template="batch_matmul_wgmma_ws.cuda")
+    fb = task.fallback_config()
+    assert fb["block_k"].val == 128 and task.space.is_valid(fb)
+    assert not task.space.is_valid(task.config_with({"block_k": 64}))  # 64 bytes of K
+    src = cuda_source(task, fb)
+    assert re.search(r"m64n\d+k32_f32_e5m2_e5m2", src) and not re.search(r"m64n\d+k16", src)
+    assert "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in src
+    with tempfile.TemporaryDirectory() as d:
+        cu = f"{d}/k.cu"
+        with open(cu, "w") as f:
+            f.write(src)
+        out = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", cu,
+                              "-o", cu + ".cubin"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert "0 bytes spill stores" in out.stderr, out.stderr[-500:]

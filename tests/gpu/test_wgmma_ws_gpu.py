@@ -41,3 +41,35 @@ def test_wgmma_ws_numerics_on_gpu():
     n, failures = pool_failures(cases)
     assert n == 35
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_wgmma_ws_fp8_numerics_on_gpu():
+    """fp8 inputs (e4m3, e5m2; layout NT) with f32 accumulation: f16, bf16 and f32 outputs,
+    a scaled f16 output (epilogue scale + cast), dense and batch_matmul, from registers and
+    staged, one and two consumers, pingpong."""
+    import tvm
+    if tvm.cuda(0).compute_version != "9.0":
+        pytest.skip("wgmma and setmaxnreg need an sm_90 GPU")
+    target = cuda_target("sm_90")
+    knobs = [dict(consumers=2, pingpong=0, block_n=256, block_k=128, stages=3, wgmma_wait=0,
+                  raster=4, staged_store=1),
+             dict(consumers=2, pingpong=1, block_n=128, block_k=128, stages=4, wgmma_wait=1,
+                  raster=2, staged_store=0),
+             dict(consumers=1, pingpong=0, block_n=128, block_k=128, stages=6, wgmma_wait=1,
+                  raster=1, staged_store=1)]
+    cases = []
+    for op, shape, dtype, out, epilogue in (
+            ("dense", (1024, 1024, 1024), "float8_e4m3fn", "float16", ""),
+            ("dense", (1024, 768, 512), "float8_e5m2", "float32", ""),
+            ("batch_matmul", (3, 512, 1024, 384), "float8_e4m3fn", "bfloat16", ""),
+            ("dense", (1024, 1024, 256), "float8_e4m3fn", "float32", "scale:0.25+cast:float16")):
+        task = Task(Workload.create(op, shape, dtype, out, layout="NT", epilogue=epilogue),
+                    target, template=f"{op}_wgmma_ws.cuda")
+        configs = [task.fallback_config()] + [task.config_with(k) for k in knobs]
+        configs = [c for c in configs if task.space.is_valid(c)]
+        assert len(configs) >= 3, task.workload
+        cases.append((task, configs))
+    n, failures = pool_failures(cases)
+    assert n >= 12
+    assert not failures, "\n".join(failures)

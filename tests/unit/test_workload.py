@@ -38,7 +38,7 @@ def test_validation():
     with pytest.raises(WorkloadError, match="unknown op"):
         Workload.create("conv2d", (1, 2, 3, 4))
     with pytest.raises(WorkloadError, match="unsupported dtype"):
-        Workload.create("dense", (1, 2, 3), "float8")
+        Workload.create("dense", (1, 2, 3), "float8")  # the fp8 types are named in full
     with pytest.raises(WorkloadError, match="reduction sizes differ"):
         Workload.from_args("dense", [["TENSOR", [16, 32], "float32"],
                                      ["TENSOR", [64, 31], "float32"], None, "float32"])

@@ -52,6 +52,10 @@ GPU_SUITE = {
     "mm8192_bf16_nt": _bf16("dense", (8192, 8192, 8192)),
     "mm8192_bf16_nn": _bf16("dense", (8192, 8192, 8192), layout="NN"),
     "attn_bf16": _bf16("batch_matmul", (256, 1024, 1024, 128)),
+    # fp8 (e4m3) -> f16, f32 accumulation: cuBLASLt through torch._scaled_mm (unit scales; a
+    # scale of ours is the epilogue "scale:S").
+    "mm8192_fp8": Workload.create("dense", (8192, 8192, 8192), "float8_e4m3fn", "float16",
+                                  layout="NT"),
 }
 
 
@@ -114,24 +118,13 @@ def dlight_kernel(wl, target):
 
 def _reference(wl, rng):
     """(TVM input tensors, {"cuBLAS": launch}, float64 expected output) of a workload."""
-    import torch  # noqa: PLC0415
     import tvm  # noqa: PLC0415
     from ..measure.check import random_inputs, reference_matmul  # noqa: PLC0415
+    from ..report import torch_matmul  # noqa: PLC0415
     a, b = random_inputs(wl, rng)
-    if wl.dtype == "bfloat16":  # torch takes no ml_dtypes array: exact through f32
-        ta, tb = (torch.from_numpy(x.astype(np.float32)).to(torch.bfloat16).cuda()
-                  for x in (a, b))
-    else:
-        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-    a_mk = ta.transpose(-1, -2) if wl.transpose_a else ta
-    b_kn = tb.transpose(-1, -2) if wl.transpose_b else tb
-    if wl.dtype == "int8":  # cuBLASLt int8 GEMM (2-D only)
-        launches = {"cuBLAS": lambda: torch._int_mm(a_mk, b_kn)}
-    else:
-        launches = {"cuBLAS": lambda: torch.matmul(a_mk, b_kn)}
     dev = tvm.cuda(0)
     args = (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev))
-    return args, launches, reference_matmul(wl, a, b)
+    return args, {"cuBLAS": torch_matmul(wl, a, b)}, reference_matmul(wl, a, b)
 
 
 def _checked(name, wl, args, expect, label, build, failed):
@@ -172,10 +165,7 @@ def _in_turn(launches, repeat, sampler, failed):
 
 
 def _samplers(timing):
-    import torch  # noqa: PLC0415
     from ..measure.timing import EagerSampler, GraphSampler  # noqa: PLC0415
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     return GraphSampler if timing == "graph" else EagerSampler
 
 

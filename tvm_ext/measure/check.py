@@ -10,14 +10,15 @@ from typing import List, Optional
 
 import numpy as np
 
-from ..workload import Workload
+from ..workload import FP8, Workload
 
 
 def np_dtype(dtype: str):
-    """The numpy dtype of a TVM dtype name (bfloat16 through ml_dtypes, which tvm-ffi ships)."""
-    if dtype == "bfloat16":
+    """The numpy dtype of a TVM dtype name (bfloat16 and the fp8 types through ml_dtypes,
+    which tvm-ffi ships)."""
+    if dtype == "bfloat16" or dtype in FP8:
         import ml_dtypes  # noqa: PLC0415
-        return ml_dtypes.bfloat16
+        return getattr(ml_dtypes, dtype)
     return np.dtype(dtype)
 
 
@@ -25,12 +26,14 @@ def _random(shape, dtype, rng):
     if dtype.startswith("int") or dtype.startswith("uint"):
         lo = 0 if dtype.startswith("u") else -4
         return rng.integers(lo, 4, size=shape).astype(dtype)
+    if dtype in FP8:  # quarters in [-1, 1]: exact in e4m3 and e5m2, products exact sums
+        return (rng.integers(-4, 5, size=shape) / 4).astype(np_dtype(dtype))
     return rng.uniform(-1, 1, size=shape).astype(np_dtype(dtype))
 
 
 def random_inputs(wl: Workload, rng: np.random.Generator) -> List[np.ndarray]:
     """A and B for ``wl``: small integers for integer dtypes (products stay exact in int32),
-    uniform in [-1, 1) for floats."""
+    quarters in [-1, 1] for fp8, uniform in [-1, 1) for other floats."""
     return [_random(shape, wl.dtype, rng) for shape in (wl.a_shape, wl.b_shape)]
 
 
@@ -103,7 +106,7 @@ def tolerance(wl: Workload):
         return 0.0, 0.0
     if wl.final_dtype in ("float16", "bfloat16"):
         return 2e-2, 2e-2 * max(1.0, np.sqrt(wl.K) / 4)
-    if wl.dtype in ("float16", "bfloat16") or wl.out_dtype in ("float16", "bfloat16"):
+    if wl.dtype in ("float16", "bfloat16", *FP8) or wl.out_dtype in ("float16", "bfloat16"):
         rtol, atol = 2e-2, 2e-2 * max(1.0, np.sqrt(wl.K) / 4)
     else:
         rtol, atol = 1e-4, 1e-4 * max(1.0, np.sqrt(wl.K) / 4)
