@@ -89,6 +89,30 @@ def epilogue_value(wl, x, idx, extras):
     return x
 
 
+def epilogue_buffers(wl):
+    """(the epilogue's extra input buffers, fn(value, index) of the epilogue) of a subgraph
+    task's kernel: the buffers are free in the kernel's body until ``with_epilogue_params``
+    makes them its parameters; without an epilogue, ([], the identity)."""
+    from tvm import tirx  # noqa: PLC0415
+    if not wl.epilogue:
+        return [], lambda x, idx: x
+    extras = [tirx.decl_buffer(shape, dt, name=name) for name, shape, dt in
+              wl.epilogue_inputs()]
+    return extras, lambda x, idx: epilogue_value(wl, x, idx, extras)
+
+
+def with_epilogue_params(func, extras):
+    """``func`` (A, B, C) with the epilogue's buffers as parameters between B and C, the
+    argument order of a subgraph task's kernel (``Workload.buffers``); checked well formed
+    (written with free buffers, the kernel is parsed unchecked)."""
+    from tvm import tirx  # noqa: PLC0415
+    if extras:  # a buffer parameter is the buffer's own Var (of BufferType) in TVM 0.27
+        params = list(func.params[:2]) + list(extras) + [func.params[2]]
+        func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs)
+    tirx.analysis.verify_well_formed(func)
+    return func
+
+
 def epilogue_compute(wl, C):
     """TE tensors of ``wl``'s epilogue on the matmul output ``C``: ([extra placeholders in
     ``wl.epilogue_inputs()`` order], the output). One block per op, ``EPILOGUE_BLOCK``."""

@@ -125,13 +125,13 @@ def prepacked_rows(wl, log, repeat: int = 7):
     from ..codegen import compile_module  # noqa: PLC0415
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
     from ..measure.check import random_inputs  # noqa: PLC0415
-    from ..ops.x86_gemm import divides, pack_weight, prepacked_kernel  # noqa: PLC0415
+    from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from .cpu import _in_turn  # noqa: PLC0415
     target = host_cpu_target()
     with apply_history_best([log] if log else []):
         task, choice = choose(wl, target)
-    if task.name != "dense_pack.x86" or not divides(wl, choice.config):
+    if not prepackable(task.name, wl, choice.config):
         return []
     a, b = random_inputs(wl, np.random.default_rng(0))
     args = [tvm.runtime.tensor(a), tvm.runtime.tensor(b),

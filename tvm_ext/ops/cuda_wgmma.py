@@ -45,7 +45,7 @@ for sm_90 too, and CUDA compiles it for sm_90a.
 A subgraph task's epilogue (``Workload.epilogue``: bias, residual, activations, scale, cast) is
 computed in the write-back, on the value cast to the matmul's output dtype, by the same ops as
 ``epilogue_compute``'s blocks (``template.epilogue_value``); its inputs are the kernel's
-parameters between B and C (``epilogue_buffers``, ``with_epilogue_params``).
+parameters between B and C (``template.epilogue_buffers``, ``with_epilogue_params``).
 
 Scope: the 4 layouts, f16 or bf16 inputs (wgmma's .f16 / .bf16 operands: the same 2-byte
 tiles, swizzle and descriptors), an output of the input's dtype or f32, M, N and K multiples
@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..template import KernelTemplate
+from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
 from .common import fallback_raster
 
 #: The 128-byte swizzle: one shared row holds 64 f16 of K; 8 rows make a 1024-byte atom.
@@ -109,32 +109,6 @@ def grouped_tile(t, group, nbm, nbn, div, mod):
     first = div(t, group * nbn) * group
     rows = tirx.min(nbm - first, group)
     return first + mod(mod(t, group * nbn), rows), div(mod(t, group * nbn), rows)
-
-
-def epilogue_buffers(wl):
-    """(the epilogue's extra input buffers, fn(value, index) of the epilogue) of a subgraph
-    task's kernel: the buffers are free in the kernel's body until ``with_epilogue_params``
-    makes them its parameters; without an epilogue, ([], the identity)."""
-    from tvm import tirx  # noqa: PLC0415
-
-    from ..template import epilogue_value  # noqa: PLC0415
-    if not wl.epilogue:
-        return [], lambda x, idx: x
-    extras = [tirx.decl_buffer(shape, dt, name=name) for name, shape, dt in
-              wl.epilogue_inputs()]
-    return extras, lambda x, idx: epilogue_value(wl, x, idx, extras)
-
-
-def with_epilogue_params(func, extras):
-    """``func`` (A, B, C) with the epilogue's buffers as parameters between B and C, the
-    argument order of a subgraph task's kernel (``Workload.buffers``); checked well formed
-    (written with free buffers, the kernel is parsed unchecked)."""
-    from tvm import tirx  # noqa: PLC0415
-    if extras:  # a buffer parameter is the buffer's own Var (of BufferType) in TVM 0.27
-        params = list(func.params[:2]) + list(extras) + [func.params[2]]
-        func = tirx.PrimFunc(params, func.body, func.ret_type, func.attrs)
-    tirx.analysis.verify_well_formed(func)
-    return func
 
 
 def _wgmma_target(target):

@@ -24,7 +24,7 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   warpgroup, cooperative, or one, pingpong, on ``empty``) once their MMAs that read it are
   complete (``wgmma_wait`` batches left in flight); they take the registers
   (``setmaxnreg.inc`` to 232). A subgraph task's epilogue is computed in the store
-  (``cuda_wgmma.epilogue_buffers``).
+  (``template.epilogue_buffers``).
 - **Persistent grid.** ``min(tiles, SMs)`` blocks walk the output tiles ``blockIdx.x +
   i * gridDim.x`` in the grouped order of ``raster`` M tiles (L2 reuse). The ring's stages run
   on across tiles: while the consumers store one tile, the producer already loads the next
@@ -71,12 +71,11 @@ address): no static shared memory is declared, as in the cp.async template.
 """
 from __future__ import annotations
 
-from ..template import KernelTemplate
+from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
 from ..workload import DTYPE_BYTES, FP8
 from .common import fallback_raster
 from .cuda_wgmma import (ROW_K, _wgmma_target, acc_col, acc_row, check_wgmma,
-                         descriptor_offsets, epilogue_buffers, grouped_tile,
-                         ring_desc_offset, with_epilogue_params)
+                         descriptor_offsets, grouped_tile, ring_desc_offset)
 
 #: Registers per thread after ``setmaxnreg``: the producer's and the consumers'.
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -144,13 +143,13 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     tma = (f"cp.async.bulk.tensor.{rank}d.shared::cluster.global"
            ".mbarrier::complete_tx::bytes")
 
-    def map_args(kmajor, rows, cols, R):
-        """(dims, byte strides, box) of the tensor map of an operand stored [rows][cols]
-        (innermost last), tiles of R rows (M or N): K-major boxes 64 of K x R rows,
-        MN-major boxes 64 rows x BK of K."""
+    def map_args(kmajor, rows, cols, R, eb=2):
+        """(dims, byte strides, box) of the tensor map of a tensor of ``eb``-byte elements
+        stored [rows][cols] (innermost last), tiles of R rows (M or N): boxes of 128 bytes
+        of the columns x R rows (K-major operands, C), or (MN-major) 64 rows x BK of K."""
         dims = [cols, rows] + ([batch] if is_bmm else [])
-        strides = [cols * 2] + ([rows * cols * 2] if is_bmm else [])
-        box = [ROW_K, R if kmajor else BK] + ([1] if is_bmm else [])
+        strides = [cols * eb] + ([rows * cols * eb] if is_bmm else [])
+        box = [128 // eb, R if kmajor else BK] + ([1] if is_bmm else [])
         return dims, strides, box
 
     a_rows, a_cols = a_shape[-2:]
@@ -173,6 +172,10 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
             return q * R * ROW_K, 0, q * ROW_K
         return q * BK * ROW_K, q * ROW_K, 0
 
+    def cidx(bz, bm, bn, r0, lane, j, h, v):
+        """C's index of element v of accumulator pair (j, h) of a consumer's lane."""
+        return (bz,) * is_bmm + (bm * BM + r0 + acc_row(lane, h), bn * BN + acc_col(lane, j, v))
+
     def coords(kmajor, r, k, bz):
         c = [k, r] if kmajor else [r, k]
         return c + ([bz] if is_bmm else [])
@@ -181,8 +184,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     ob = DTYPE_BYTES[fin]
     c_box = 128 // ob  # columns of a C box: 128 bytes, the 128-byte swizzle's row
     c_elems = 64 * BN  # one consumer's staged tile
-    c_map = ([N, M] + ([batch] if is_bmm else []), [N * ob] + ([M * N * ob] if is_bmm else []),
-             [c_box, 64] + ([1] if is_bmm else []))
+    c_map = map_args(True, M, N, 64, ob)
     c_store = (f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group")
     c_st = "st.shared.v2.f32" if ob == 4 else "st.shared.v2.b16"
     ring_bytes = ring_elems * 2
@@ -343,17 +345,12 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                         T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
                         for j in T.unroll(BN // 8):
                             for h in T.unroll(2):
-                                idx0 = T.meta_var((bz,) * is_bmm + (
-                                    bm * BM + r0 + acc_row(lane, h),
-                                    bn * BN + acc_col(lane, j, 0)))
-                                idx1 = T.meta_var((bz,) * is_bmm + (
-                                    bm * BM + r0 + acc_row(lane, h),
-                                    bn * BN + acc_col(lane, j, 1)))
                                 T.ptx[c_st](
                                     T.address_of(cst[c_off(cw, acc_row(lane, h),
                                                            acc_col(lane, j, 0))]),
-                                    epi(T.Cast(out, acc[j * 4 + h * 2]), idx0),
-                                    epi(T.Cast(out, acc[j * 4 + h * 2 + 1]), idx1))
+                                    *[epi(T.Cast(out, acc[j * 4 + h * 2 + v]),
+                                          cidx(bz, bm, bn, r0, lane, j, h, v))
+                                      for v in range(2)])
                         T.ptx["fence.proxy.async.shared::cta"]()
                         T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
                         if lane == 0:
@@ -367,9 +364,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                         for j in T.unroll(BN // 8):
                             for h in T.unroll(2):
                                 for v in T.vectorized(2):
-                                    idx = T.meta_var((bz,) * is_bmm + (
-                                        bm * BM + r0 + acc_row(lane, h),
-                                        bn * BN + acc_col(lane, j, v)))
+                                    idx = T.meta_var(cidx(bz, bm, bn, r0, lane, j, h, v))
                                     C[idx] = epi(T.Cast(out, acc[j * 4 + h * 2 + v]), idx)
             if st:
                 if lane == 0:

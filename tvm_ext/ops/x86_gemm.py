@@ -81,6 +81,13 @@ def pack_weight(wl, b, xi: int):
     return np.ascontiguousarray(kn.reshape(wl.K, wl.N // xi, xi).transpose(1, 0, 2))
 
 
+def prepackable(template: str, wl, cfg) -> bool:
+    """Whether a config has a prepacked kernel: a plain dense of dense_pack.x86 whose
+    register tile and K step divide the shape."""
+    return template == "dense_pack.x86" and wl.op == "dense" and not wl.epilogue and \
+        divides(wl, cfg)
+
+
 def prepacked_kernel(wl, cfg):
     """The PrimFunc (A, B_packed, C) of a dense_pack.x86 config whose B is packed ahead of time
     (``pack_weight``: a constant weight, packed once when the model is built): the config's
@@ -89,7 +96,7 @@ def prepacked_kernel(wl, cfg):
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
-    if wl.op != "dense" or wl.epilogue or not divides(wl, cfg):
+    if not prepackable("dense_pack.x86", wl, cfg):
         raise ValueError(f"no prepacked kernel for {wl} {cfg}")
     tensors = packed_gemm_compute(wl, cfg["tile_x"].size[-1], prepacked=True)
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))

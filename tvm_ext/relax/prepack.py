@@ -22,7 +22,7 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
     (``apply._mark``). Returns (module, names of the matmuls prepacked)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
-    from ..ops.x86_gemm import divides, pack_weight, prepacked_kernel  # noqa: PLC0415
+    from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
 
     call_tir = tvm.ir.Op.get("relax.call_tir")
     done = []
@@ -41,7 +41,7 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
                 return call
             task, cfg = entry
             wl = task.workload
-            if task.name != "dense_pack.x86" or wl.epilogue or not divides(wl, cfg):
+            if not prepackable(task.name, wl, cfg):
                 return call
             packed = pack_weight(wl, fields[1].value.numpy(), cfg["tile_x"].size[-1])
             func = mark(prepacked_kernel(wl, cfg).without_attr("global_symbol"),
