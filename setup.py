@@ -20,7 +20,8 @@ setup(
         "psutil", "cloudpickle", "tornado",
     ],
     # matplotlib only draws the benchmark plots.
-    extras_require={"test": ["pytest"], "plot": ["matplotlib"]},
+    # pytest-xdist: the suite in two processes (CI has 2 cores; most tests compile on one)
+    extras_require={"test": ["pytest", "pytest-xdist"], "plot": ["matplotlib"]},
     # Spaces and shipped logs are data at the top of the repository; a non-editable install
     # puts them under <prefix>/share/tvm_ext (tvm_ext.space.data_dir finds either).
     data_files=[("share/tvm_ext/tuning_spaces", glob("tuning_spaces/*.json")),

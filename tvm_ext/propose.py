@@ -435,11 +435,51 @@ def _wgmma_ws(v, f) -> float:
     warpgroup, the persistent grid, pingpong's overlap of one consumer's stores with the
     other's MMAs, the TMA store running on under the next tile); on the H100 the two kernels
     of a 128 x 256 tile differed by 7% on 8192^3 and 2-3x where the output dominates (both
-    storing from registers)."""
+    storing from registers). A 2-CTA cluster (B multicast) ranks 1% behind the same config
+    without: on the H100 it measured 0.97-1.00x of it on 8192^3 and 0.98-1.02x on the
+    attention scores (docs/BENCHMARKS.md), so it breaks ties, not more."""
     tile = {"warpgroups": 1 if v.get("pingpong") else v["consumers"], "block_n": v["block_n"],
             "block_k": v["block_k"], "stages": v["stages"], "wgmma_wait": v["wgmma_wait"],
             "raster": v.get("raster", 1), "stage_c": v.get("staged_store", 0)}
-    return _wgmma(tile, f)
+    return _wgmma(tile, f) * (1.0 + 0.01 * (v.get("cluster", 1) - 1))
+
+
+def _sgemm(v, f) -> float:
+    """dense_sgemm / batch_matmul_sgemm (ops/cuda_sgemm.py): bound by the FFMA issue rate.
+    A block of block_m x block_n outputs (threads of 8 x thread_n) runs K / block_k steps of
+    block_m * block_n * block_k FMAs, its next tile's loads one step ahead in registers. An SM
+    holds the blocks its registers allow (per thread about 126 for 8 x 8 tiles with block_k 8,
+    150 with 16, 220 for 8 x 16; 128 under min_blocks 2) and its shared memory. The share of
+    the FFMA pipe a scheduler keeps busy is what the H100 measured (docs/BENCHMARKS.md,
+    ``--sweep sgemm.cuda`` and ncu): 8 x 8 tiles 0.87 at 4 warps a scheduler, 0.91 in the
+    serpentine order; 8 x 16 tiles 0.91 at 2; proportionally less under one warp a scheduler
+    (one warp's 64 or 128 independent FMAs a k step hide the latencies; 1024^3: 64 x 128
+    tiles of 4 warps, one block an SM, ran 1.8x faster than 128 x 128 tiles on half the
+    SMs)."""
+    M, N, K, B = f["M"], f["N"], f["K"], f.get("B", 1)
+    bm, bn, bk, tn = v["block_m"], v["block_n"], v["block_k"], v["thread_n"]
+    threads = bm * bn // (8 * tn)
+    regs = 128 if v.get("min_blocks", 1) >= 2 else 220 if tn == 16 else 126 if bk == 8 else 150
+    smem = 2 * bk * (bm + bn + 8) * 4
+    per_sm = max(1, min(65536 // (threads * regs), 233472 // smem, 2048 // threads))
+    blocks = B * -(-M // bm) * -(-N // bn)
+    rate = 0.91 if tn == 16 else 0.87 + 0.04 * v.get("serpentine", 0)
+
+    def cycles(warps_per_scheduler):  # SM cycles of one block's K step
+        return bm * bn * bk / (128.0 * rate * min(1.0, warps_per_scheduler))
+    on_sm = min(per_sm, -(-blocks // f["num_sms"]))
+    work = cycles(on_sm * threads / 128.0)  # the SM's pipe, shared by its blocks
+    alone = cycles(threads / 128.0)
+    epilogue = bm * bn * 4 / _STORE_BYTES_PER_CLOCK
+    # DRAM: the operands as the waves in the launch order read them, C; and the blocks' reads
+    # of L2 (A once per column of tiles, B once per row) at 0.6 of their bytes (L2 serves
+    # about 1.7x DRAM's bandwidth)
+    l2_reads = B * (M * K * -(-N // bn) + K * N * -(-M // bm)) * 4
+    dram = (_operand_bytes(f, bm=bm, bn=bn, blocks_at_once=min(blocks, per_sm * f["num_sms"]),
+                           raster=v.get("raster", 1), nbytes=4)
+            + B * M * N * 4 + 0.6 * l2_reads)
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=-(-K // bk), work=work,
+                      alone=alone, dist=1, epilogue=epilogue, dram_bytes=dram)
 
 
 #: Cycles from one mma.sync to the next that accumulates into its registers (Ampere's
@@ -550,6 +590,8 @@ def model_for(template: str) -> Optional[Callable]:
         return _wgmma
     if template.endswith("_wgmma_ws.cuda"):
         return _wgmma_ws
+    if template.endswith("_sgemm.cuda"):
+        return _sgemm
     for kind in ("mma", "tensorcore"):
         if template.endswith(f"_{kind}.cuda"):
             return functools.partial(_mma, kind="wmma" if kind == "tensorcore" else kind)

@@ -219,12 +219,13 @@ class Measured:
                                                     (self.vendor, self.vendor_s)) if s]
         out = [f"here ({self.where}): " + (", ".join(times) or "nothing timed")]
         ratios = []
+        # three significant digits: a ratio far from 1 (a loaded machine) keeps its size
         if self.speedup:
-            ratios.append(f"best/fallback speedup {self.speedup:.2f}x")
+            ratios.append(f"best/fallback speedup {self.speedup:.3g}x")
         if self.vendor_ratio:
-            ratios.append(f"{self.vendor}/best {self.vendor_ratio:.2f}")
+            ratios.append(f"{self.vendor}/best {self.vendor_ratio:.3g}")
         elif self.vendor_s and self.fallback_s and not self.best_s:  # no record applies here
-            ratios.append(f"{self.vendor}/fallback {self.vendor_s / self.fallback_s:.2f}")
+            ratios.append(f"{self.vendor}/fallback {self.vendor_s / self.fallback_s:.3g}")
         if ratios:
             out.append("; ".join(ratios))
         return out + self.notes

@@ -66,7 +66,10 @@ def test_fallbacks_are_valid_and_fit():
                                             staged_store=0)),
     ("batch_matmul", "TN", "float16", dict(consumers=2, pingpong=0, block_n=128, block_k=64,
                                            stages=3, wgmma_wait=0, raster=2, staged_store=1)),
-], ids=["dense_nt_coop", "bmm_nn_bf16_pingpong", "bmm_tn_staged_store"])
+    ("dense", "NN", "float16", dict(consumers=2, pingpong=1, block_n=128, block_k=64,
+                                    stages=4, wgmma_wait=1, raster=2, staged_store=1,
+                                    cluster=2)),
+], ids=["dense_nt_coop", "bmm_nn_bf16_pingpong", "bmm_tn_staged_store", "dense_nn_cluster"])
 def test_codegen_compiles_for_sm90a(op, layout, dtype, knobs):
     target = cuda_target("sm_90", "h100")
     shape = (1024, 1024, 512) if op == "dense" else (4, 512, 512, 256)
@@ -87,6 +90,15 @@ def test_codegen_compiles_for_sm90a(op, layout, dtype, knobs):
     assert f"m64n{knobs['block_n']}k16.f32.{ty}" in src
     # persistent: one block per SM at most
     assert re.search(r"__launch_bounds__\(384\)", src)
+    if knobs.get("cluster"):  # B's half boxes multicast; slots freed in both CTAs
+        assert src.count(".multicast::cluster [") >= 1 and "(ushort)3" in src
+        assert "mapa.shared::cluster.u32" in src
+        assert "mbarrier.arrive.shared::cluster.b64 _," in src
+        assert "fence.mbarrier_init.release.cluster;" in src
+        assert src.count("tvm_builtin_cuda_cluster_sync();") == 2  # start and end
+        assert "%cluster_ctarank" in src
+    else:
+        assert "multicast" not in src and "barrier.cluster" not in src
     if knobs.get("staged_store"):  # C's map too; stores through shared memory and TMA
         assert f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group" in src
         assert "st.shared.v2.f32" in src and "cp.async.bulk.wait_group.read 0;" in src

@@ -9,7 +9,7 @@ import pytest
 from cuda_helpers import pool_failures
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
-from tvm_ext.workload import Workload
+from tvm_ext.workload import FP8, Workload
 
 
 @pytest.mark.gpu
@@ -72,4 +72,41 @@ def test_wgmma_ws_fp8_numerics_on_gpu():
         cases.append((task, configs))
     n, failures = pool_failures(cases)
     assert n >= 12
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_wgmma_ws_cluster_numerics_on_gpu():
+    """2-CTA clusters (cluster = 2): each CTA loads half of every B box and multicasts it to
+    both, a slot is freed by the consumers of both CTAs. The 4 layouts (B K-major and
+    MN-major: its boxes split by N rows or by K rows), f16, bf16 and fp8, cooperative,
+    pingpong and one consumer, MMAs waited at once or one batch in flight, from registers and
+    staged, a fused epilogue; more cluster tiles than clusters (each walks several, the ring
+    running on across them) and a last round that leaves clusters idle."""
+    import tvm
+    if tvm.cuda(0).compute_version != "9.0":
+        pytest.skip("wgmma, clusters and setmaxnreg need an sm_90 GPU")
+    target = cuda_target("sm_90")
+    knobs = [dict(consumers=2, pingpong=0, block_n=128, stages=4, wgmma_wait=0, raster=4),
+             dict(consumers=2, pingpong=1, block_n=128, stages=3, wgmma_wait=1, raster=2),
+             dict(consumers=1, pingpong=0, block_n=256, stages=4, wgmma_wait=1, raster=1),
+             dict(consumers=2, pingpong=0, block_n=256, stages=3, wgmma_wait=1, raster=2)]
+    cases = []
+    for op, shape, layout, dtype, out, epilogue in (
+            ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
+            ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
+            ("dense", (1024, 1280, 512), "TN", "float16", "float32", ""),
+            ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
+            ("dense", (1024, 768, 256), "NT", "float16", "float32", "bias+gelu+cast:float16"),
+            ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", "")):
+        task = Task(Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue),
+                    target, template=f"{op}_wgmma_ws.cuda")
+        bk = 128 if dtype in FP8 else 64  # a stage: one 128-byte row of the swizzle
+        configs = [task.config_with({**k, "block_k": bk, "staged_store": st, "cluster": 2})
+                   for k in knobs for st in (0, 1)]
+        configs = [c for c in configs if task.space.is_valid(c)]
+        assert len(configs) >= 5, task.workload
+        cases.append((task, configs))
+    n, failures = pool_failures(cases)
+    assert n >= 30
     assert not failures, "\n".join(failures)

@@ -1,0 +1,87 @@
+"""The f32 SGEMM template (*_sgemm.cuda): offered for f32 where its tiles divide the shape (the
+default there), its fallbacks those of the H100 sweeps, and its CUDA compiles with nvcc
+(sm_90) without spills, with one barrier a K tile, the shared tiles its space counts, the
+launch bounds of ``min_blocks`` (registers capped at 128 for two blocks of 256 threads)."""
+import re
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from cuda_helpers import cuda_source
+from tvm_ext.ops.cuda_sgemm import sgemm_smem_bytes
+from tvm_ext.strategy import templates_for
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+SM90 = cuda_target("sm_90", "h100")
+
+
+def test_offered_for_f32_tiles_and_the_default_there():
+    big = Workload.create("dense", (1024, 1024, 1024), layout="NN")
+    assert templates_for(big, SM90)[0].name == "dense_sgemm.cuda"
+    for wl in (Workload.create("dense", (1000, 1000, 1000)),  # tiles do not divide
+               Workload.create("dense", (64, 4096, 4096)),  # small M
+               Workload.create("dense", (1024, 1024, 1024), "float16", layout="NT")):
+        assert "dense_sgemm.cuda" not in [t.name for t in templates_for(wl, SM90)], wl
+
+
+def test_fallbacks_follow_the_sweeps():
+    """128 x 128 tiles, two blocks an SM where there are many waves of them (8192^3); 64 x 128
+    where K is short (the seed bmm) or 128 x 128 would leave SMs idle (1024^3)."""
+    expect = {("dense", (8192, 8192, 8192), "NN"): (128, 128, 16, 2),
+              ("dense", (1024, 1024, 1024), "NN"): (64, 128, 16, 1),
+              ("batch_matmul", (24, 16384, 512, 64), "NT"): (64, 128, 16, 2),
+              ("dense", (512, 512, 200), "NN"): (64, 64, 8, 1)}
+    for (op, shape, layout), want in expect.items():
+        task = Task(Workload.create(op, shape, layout=layout), SM90,
+                    template=f"{op}_sgemm.cuda")
+        fb = task.fallback_config()
+        assert task.space.is_valid(fb), task.space.violations(fb)
+        assert (fb["block_m"].val, fb["block_n"].val, fb["block_k"].val,
+                fb["min_blocks"].val) == want, (shape, fb)
+        assert fb["thread_n"].val == 8 and fb["serpentine"].val == 1
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("op, layout, knobs", [
+    ("dense", "NN", dict(block_m=128, block_n=128, thread_n=8, block_k=8, raster=4,
+                         min_blocks=2, serpentine=1)),
+    ("dense", "TT", dict(block_m=64, block_n=128, thread_n=8, block_k=8, raster=1,
+                         min_blocks=1, serpentine=0)),
+    ("batch_matmul", "NT", dict(block_m=128, block_n=256, thread_n=16, block_k=8, raster=2,
+                                min_blocks=1, serpentine=1)),
+    ("batch_matmul", "TN", dict(block_m=256, block_n=64, thread_n=8, block_k=16, raster=1,
+                                min_blocks=1, serpentine=1)),
+], ids=["dense_nn_2blocks", "dense_tt", "bmm_nt_8x16", "bmm_tn"])
+def test_codegen_compiles_for_sm90(op, layout, knobs):
+    shape = (1024, 1024, 512) if op == "dense" else (2, 512, 512, 256)
+    task = Task(Workload.create(op, shape, layout=layout), SM90, template=f"{op}_sgemm.cuda")
+    cfg = task.config_with(knobs)
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    src = cuda_source(task, cfg)
+    threads = knobs["block_m"] * knobs["block_n"] // (8 * knobs["thread_n"])
+    assert f"__launch_bounds__({threads}, {knobs['min_blocks']})" in src
+    # the prologue's barrier and one a K tile: the shared stores are st.shared, which TVM's
+    # sync planner does not see, so it adds none
+    assert src.count("__syncthreads()") == 2
+    assert "st.shared.f32" in src or "st.shared.v4.f32" in src
+    # 16-byte global loads, 16-byte fragment loads from shared memory, 16-byte stores of C
+    assert "*(float4*)(A_ptr" in src and "*(float4*)(C_ptr" in src
+    with tempfile.TemporaryDirectory() as d:
+        cu = f"{d}/k.cu"
+        with open(cu, "w") as f:
+            f.write(src)
+        out = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", cu,
+                              "-o", cu + ".cubin"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert "0 bytes spill stores" in out.stderr, out.stderr[-500:]
+    regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+    smem = int(re.search(r"(\d+) bytes smem", out.stderr).group(1))
+    assert regs <= 65536 // (threads * knobs["min_blocks"])
+    # the space's count; buffer compaction trims the padding after each buffer's last row
+    # (16 bytes), alignment adds up to 64
+    want = sgemm_smem_bytes(knobs["block_m"], knobs["block_n"], knobs["block_k"])
+    assert want - 64 <= smem <= want, (smem, want)

@@ -1,0 +1,38 @@
+"""The f32 SGEMM template (*_sgemm.cuda) on a GPU: numerics match numpy in the 4 layouts
+(operands transposed into shared memory or stored as loaded), every tile shape, thread tile
+(8 x 8, 8 x 16) and block_k, dense and batch_matmul, grouped launch orders, a fused
+epilogue."""
+
+import pytest
+
+from cuda_helpers import pool_failures
+from tvm_ext.target import cuda_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+
+@pytest.mark.gpu
+def test_sgemm_numerics_on_gpu():
+    target = cuda_target("sm_90")
+    tiles = [dict(block_m=bm, block_n=bn, block_k=bk, raster=r, min_blocks=mb, thread_n=tn)
+             for bm, bn, bk, r, mb, tn in ((128, 128, 8, 1, 1, 8), (128, 128, 16, 2, 2, 8),
+                                           (128, 64, 8, 2, 1, 8), (64, 128, 16, 1, 2, 8),
+                                           (64, 64, 16, 2, 1, 8), (128, 256, 8, 2, 1, 16),
+                                           (256, 128, 8, 1, 1, 16), (64, 128, 16, 1, 1, 16))]
+    cases = []
+    for op, shape, layout, epilogue in (
+            ("dense", (512, 768, 256), "NN", ""),
+            ("dense", (1024, 512, 128), "TT", ""),
+            ("dense", (512, 512, 384), "NT", ""),
+            ("batch_matmul", (3, 512, 384, 128), "TN", ""),
+            ("batch_matmul", (2, 512, 256, 64), "TT", ""),
+            ("dense", (512, 256, 128), "NT", "bias+relu")):
+        task = Task(Workload.create(op, shape, "float32", "float32", layout=layout,
+                                    epilogue=epilogue), target, template=f"{op}_sgemm.cuda")
+        configs = [task.fallback_config()] + [task.config_with(k) for k in tiles]
+        configs = [c for c in configs if task.space.is_valid(c)]
+        assert len(configs) >= 6, task.workload
+        cases.append((task, configs))
+    n, failures = pool_failures(cases)
+    assert n == 53
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,267 @@
+"""f32 GEMM on the CUDA cores, written as CUTLASS's SGEMM: ``dense_sgemm.cuda`` and
+``batch_matmul_sgemm.cuda``.
+
+The TensorIR schedule of ``cuda_simt`` (``batch_matmul.cuda``, ``dense_large_batch.cuda``)
+stages its tiles in shared memory and pipelines them, but each k step's FMAs wait for that
+step's shared loads: on an H100 its f32 8192^3 kernel issued FFMA in 58% of the cycles at 4
+warps a scheduler (docs/BENCHMARKS.md, the ncu section). This kernel is written out, thread by
+thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
+
+- **Block tile** ``block_m`` x ``block_n``, K in steps of ``block_k``; ``block_m * block_n /
+  64`` threads, each computing an 8 x 8 tile of C as 2 x 2 sub-tiles of 4 x 4 placed half a
+  block tile apart (rows ``4 ty + {0..3}`` and ``+ block_m / 2``, columns likewise). A warp's
+  threads then read neighbouring 16-byte words of a shared row: one ``LDS.128`` per 4 values,
+  no bank conflicts (A's words are broadcast).
+- **Shared memory, double-buffered**, both tiles K-major (``[2][block_k][rows + 4]``): a row of
+  K holds the block's M (or N) values, so a thread's 4 values are one 16-byte word. An operand
+  stored K-contiguous (A [M, K], B [N, K]) is transposed on its way in (4 scalar stores per
+  16-byte global load; the 4-float padding of a row keeps them conflict-free); an MN-contiguous
+  one is stored as it is loaded (``STS.128``).
+- **Global -> registers -> shared, one tile ahead.** At the start of K tile ``kt`` every
+  thread issues its 16-byte global loads of tile ``kt + 1`` into registers; they land while the
+  tile's FMAs run, and are stored to the other shared buffer before the tile's last k step; one
+  ``__syncthreads`` a K tile.
+- **Registers double-buffered.** The fragments (8 A and 8 B values) of k step ``k + 1`` are
+  loaded while the 64 FMAs of step ``k`` run (the next tile's first step from the other
+  buffer), so the FMAs never wait for a shared load.
+- **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
+  so that a wave's B tiles are shared in L2.
+- A subgraph task's elementwise epilogue is computed in the write-back (16-byte stores of C).
+
+Scope: f32 in and out (the f32 rows of the GPU suite), the 4 layouts, M, N and K multiples of
+the tiles (no guarded kernel: other shapes keep the TensorIR templates).
+"""
+from __future__ import annotations
+
+from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
+from .common import fallback_raster
+from .cuda_wgmma import grouped_tile
+
+#: Floats of padding after each K row of a shared tile: the transposing stores of a
+#: K-contiguous operand (threads of a warp on 2 or 4 rows of K) fall in distinct banks.
+PAD = 4
+
+
+def sgemm_smem_bytes(block_m, block_n, block_k):
+    """Static shared memory of a config: two K-major buffers of each tile."""
+    return 2 * block_k * (block_m + PAD + block_n + PAD) * 4
+
+
+def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_blocks: int = 1,
+          thread_n: int = 8, serpentine: int = 0, target=None):
+    """The PrimFunc of one config (see the module doc)."""
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.script import tirx as T  # noqa: PLC0415
+
+    batch, M, N, K = wl.batch, wl.M, wl.N, wl.K
+    BM, BN, BK = block_m, block_n, block_k
+    assert M % BM == 0 and N % BN == 0 and K % BK == 0 and BK % 4 == 0 and BK % 2 == 0
+    TN = thread_n  # a thread's columns: TN / 4 sub-tiles of 4, BN / (TN / 4) apart
+    TXN, TYM = BN // TN, BM // 8  # threads along N, along M
+    threads = TXN * TYM
+    SN = TN // 4
+    HM, HN = BM // 2, BN // SN  # the next sub-tile's offset
+    SA, SB = BM + PAD, BN + PAD  # shared row strides
+    KT = K // BK
+    nbm, nbn = M // BM, N // BN
+    per_batch = nbm * nbn
+    tiles = batch * per_batch
+    group = max(1, min(raster, nbm))
+    is_bmm = wl.op == "batch_matmul"
+    lead = (batch,) if is_bmm else ()
+    a_shape = lead + ((K, M) if wl.transpose_a else (M, K))
+    b_shape = lead + ((N, K) if wl.transpose_b else (K, N))
+    c_shape = lead + (M, N)
+    a_kc, b_kc = not wl.transpose_a, bool(wl.transpose_b)  # K-contiguous operands
+    na, nb = BM * BK // (4 * threads), BN * BK // (4 * threads)  # 16-byte loads a thread
+    assert na * 4 * threads == BM * BK and nb * 4 * threads == BN * BK
+    extras, epi = epilogue_buffers(wl)
+    fin = wl.final_dtype
+
+    def gidx(bz, kc, r, k):
+        """Global index of (row r of the M / N axis, k) of an operand (K-contiguous or not)."""
+        return (bz,) * is_bmm + ((r, k) if kc else (k, r))
+
+    def where(kc, R, q, tid):
+        """(row, k) in the tile of the 4 elements of a thread's q-th 16-byte load: 4 of K
+        (K-contiguous) or 4 rows (MN-contiguous)."""
+        f = tid + q * threads
+        if kc:
+            return f // (BK // 4), f % (BK // 4) * 4
+        return f % (R // 4) * 4, f // (R // 4)
+
+    def sa(st, k, r):  # A's shared tile: [2][BK][SA], flat
+        return st * BK * SA + k * SA + r
+
+    def sb(st, k, r):
+        return st * BK * SB + k * SB + r
+
+    def tile_of(t):
+        bm, bn = grouped_tile(tirx.truncmod(t, per_batch), group, nbm, nbn, tirx.truncdiv,
+                              tirx.truncmod)
+        return bm, bn, tirx.truncdiv(t, per_batch)
+
+    attrs = {"global_symbol": "main", "tirx.noalias": True}
+    if target is not None:
+        attrs["target"] = target
+
+    @T.macro
+    def to_shared(As, Bs, ga, gb, tid, st):
+        """A tile's registers (its global loads) into shared buffer ``st``: 4 scalar stores a
+        16-byte load where the operand is transposed (K-contiguous), else one 16-byte store.
+        ``st.shared`` instructions, which TVM's sync planner does not see (it would add a
+        second barrier a K tile): the kernel's own barriers order them."""
+        for q in T.unroll(na):
+            r, kk = T.meta_var(where(a_kc, BM, q, tid))
+            if a_kc:
+                for c in T.unroll(4):
+                    T.ptx["st.shared.f32"](T.address_of(As[sa(st, kk + c, r)]), ga[q * 4 + c])
+            else:
+                T.ptx["st.shared.v4.f32"](T.address_of(As[sa(st, kk, r)]),
+                                          *[ga[q * 4 + v] for v in range(4)])
+        for q in T.unroll(nb):
+            r, kk = T.meta_var(where(b_kc, BN, q, tid))
+            if b_kc:
+                for c in T.unroll(4):
+                    T.ptx["st.shared.f32"](T.address_of(Bs[sb(st, kk + c, r)]), gb[q * 4 + c])
+            else:
+                T.ptx["st.shared.v4.f32"](T.address_of(Bs[sb(st, kk, r)]),
+                                          *[gb[q * 4 + v] for v in range(4)])
+
+    @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
+    def kernel(A: T.Buffer(a_shape, "float32"), B: T.Buffer(b_shape, "float32"),
+               C: T.Buffer(c_shape, fin)):
+        T.func_attr(attrs)
+        bx = T.launch_thread("blockIdx.x", tiles)
+        tid = T.launch_thread("threadIdx.x", threads)
+        # __launch_bounds__(threads, min_blocks): registers capped so that min_blocks fit
+        T.attr({"tirx.launch_bounds_min_blocks_per_sm": min_blocks})
+        # flat, so that buffer compaction keeps the padded row strides
+        As = T.alloc_buffer((2 * BK * SA,), "float32", scope="shared")
+        Bs = T.alloc_buffer((2 * BK * SB,), "float32", scope="shared")
+        ga = T.alloc_buffer((na * 4,), "float32", scope="local")
+        gb = T.alloc_buffer((nb * 4,), "float32", scope="local")
+        fa = T.alloc_buffer((2, 8), "float32", scope="local")
+        fb = T.alloc_buffer((2, TN), "float32", scope="local")
+        acc = T.alloc_buffer((8, TN), "float32", scope="local")
+        tx = T.meta_var(tid % TXN)
+        ty = T.meta_var(tid // TXN)
+        bm, bn, bz = T.meta_var(tile_of(bx))
+        for i in T.unroll(8):
+            for j in T.unroll(TN):
+                acc[i, j] = T.float32(0)
+        # tile 0: global -> registers -> shared buffer 0
+        for q in T.unroll(na):
+            r, kk = T.meta_var(where(a_kc, BM, q, tid))
+            for c in T.vectorized(4):
+                ga[q * 4 + c] = A[gidx(bz, a_kc, bm * BM + r + c * (1 - a_kc), kk + c * a_kc)]
+        for q in T.unroll(nb):
+            r, kk = T.meta_var(where(b_kc, BN, q, tid))
+            for c in T.vectorized(4):
+                gb[q * 4 + c] = B[gidx(bz, b_kc, bn * BN + r + c * (1 - b_kc), kk + c * b_kc)]
+        to_shared(As, Bs, ga, gb, tid, 0)
+        T.tvm_storage_sync("shared")
+        for h in T.unroll(2):
+            for c in T.vectorized(4):
+                fa[0, h * 4 + c] = As[sa(0, 0, ty * 4 + h * HM + c)]
+        for h in T.unroll(SN):
+            for c in T.vectorized(4):
+                fb[0, h * 4 + c] = Bs[sb(0, 0, tx * 4 + h * HN + c)]
+        for kt in T.serial(KT):
+            cur = T.meta_var(tirx.truncmod(kt, 2))
+            nxt = T.meta_var(1 - tirx.truncmod(kt, 2))
+            if kt + 1 < KT:  # the next tile's global loads, in flight under this tile's FMAs
+                for q in T.unroll(na):
+                    r, kk = T.meta_var(where(a_kc, BM, q, tid))
+                    for c in T.vectorized(4):
+                        ga[q * 4 + c] = A[gidx(bz, a_kc, bm * BM + r + c * (1 - a_kc),
+                                               (kt + 1) * BK + kk + c * a_kc)]
+                for q in T.unroll(nb):
+                    r, kk = T.meta_var(where(b_kc, BN, q, tid))
+                    for c in T.vectorized(4):
+                        gb[q * 4 + c] = B[gidx(bz, b_kc, bn * BN + r + c * (1 - b_kc),
+                                               (kt + 1) * BK + kk + c * b_kc)]
+            for k in T.unroll(BK):
+                if k == BK - 1 and kt + 1 < KT:
+                    # the next tile into the other buffer (read by nobody since the last
+                    # barrier), then the one barrier of this tile
+                    to_shared(As, Bs, ga, gb, tid, nxt)
+                    T.tvm_storage_sync("shared")
+                # the fragments of the next k step (the next tile's first from the other
+                # buffer), loaded while this step's FMAs run
+                if k < BK - 1:
+                    for h in T.unroll(2):
+                        for c in T.vectorized(4):
+                            fa[(k + 1) % 2, h * 4 + c] = As[sa(cur, k + 1, ty * 4 + h * HM + c)]
+                    for h in T.unroll(SN):
+                        for c in T.vectorized(4):
+                            fb[(k + 1) % 2, h * 4 + c] = Bs[sb(cur, k + 1, tx * 4 + h * HN + c)]
+                elif kt + 1 < KT:
+                    for h in T.unroll(2):
+                        for c in T.vectorized(4):
+                            fa[0, h * 4 + c] = As[sa(nxt, 0, ty * 4 + h * HM + c)]
+                    for h in T.unroll(SN):
+                        for c in T.vectorized(4):
+                            fb[0, h * 4 + c] = Bs[sb(nxt, 0, tx * 4 + h * HN + c)]
+                for i in T.unroll(8):
+                    for jj in T.unroll(TN):
+                        # serpentine: odd rows right to left (the last B register reused)
+                        j = T.meta_var(jj + serpentine * (i % 2) * (TN - 1 - 2 * jj))
+                        acc[i, j] = acc[i, j] + fa[k % 2, i] * fb[k % 2, j]
+        for i in T.unroll(8):
+            for w in T.unroll(SN):
+                for c in T.vectorized(4):
+                    idx = T.meta_var((bz,) * is_bmm + (
+                        bm * BM + ty * 4 + i // 4 * HM + i % 4,
+                        bn * BN + tx * 4 + w * HN + c))
+                    C[idx] = epi(T.Cast(wl.out_dtype, acc[i, w * 4 + c]), idx)
+
+    return with_epilogue_params(kernel, extras)
+
+
+def kernel_from_config(wl, cfg, facts, target, sizes=None):
+    assert sizes is None, "the SGEMM template has no shape-family kernel"
+    return sgemm(wl, block_m=cfg["block_m"].val, block_n=cfg["block_n"].val,
+                 block_k=cfg["block_k"].val, raster=cfg["raster"].val,
+                 min_blocks=cfg["min_blocks"].val, thread_n=cfg["thread_n"].val,
+                 serpentine=cfg["serpentine"].val, target=target)
+
+
+def fallback_sgemm(space, wl, facts):
+    """From the H100 sweeps of docs/BENCHMARKS.md (``--sweep sgemm.cuda``): 8 x 8 thread tiles
+    (2 x 2 sub-tiles) with the serpentine FMA order, block_k 16 where K allows (else 8); the
+    largest block tile that gives 3/4 of a wave of blocks or more, not 128 x 128 where K is
+    under 512 (the seed bmm, K = 64: 64 x 128 1.25x cuBLAS, 128 x 128 0.89-1.06x); two blocks
+    an SM (registers capped at 128) where the tiles make several waves (8192^3: 0.91x against
+    0.84x), one where they make about one (1024^3: 1.04x against 0.99x)."""
+    shapes = [(128, 128), (64, 128), (128, 64), (64, 64)]
+    if wl.K < 512:
+        shapes = shapes[1:]
+    fit = [(m, n) for m, n in shapes if wl.M % m == 0 and wl.N % n == 0] or [(64, 64)]
+    tiles = {(m, n): wl.batch * (wl.M // m) * (wl.N // n) for m, n in fit}
+    bm, bn = next((t for t in fit if 4 * tiles[t] >= 3 * facts["num_sms"]),
+                  max(fit, key=lambda t: tiles[t]))
+    waves = tiles[(bm, bn)] / (2 * facts["num_sms"])
+    return {"block_m": bm, "block_n": bn, "thread_n": 8,
+            "block_k": 16 if wl.K % 16 == 0 else 8, "min_blocks": 2 if waves >= 2 else 1,
+            "serpentine": 1, "raster": fallback_raster(wl, facts, bm, bn)}
+
+
+def check_sgemm(wl, facts):
+    if wl.M % 64 or wl.N % 64 or wl.K % 8:
+        return f"M and N must be multiples of 64 and K of 8 (got {wl.M}, {wl.N}, {wl.K}); " \
+               "other shapes take the TensorIR templates"
+    if wl.M < 128:
+        return f"M = {wl.M} < 128: the small-M templates serve it"
+    return None
+
+
+def _template(op):
+    return KernelTemplate(
+        name=f"{op}_sgemm.cuda", op=op, target_kind="cuda", kernel=kernel_from_config,
+        fallback=fallback_sgemm, check=check_sgemm, dtypes=("float32",), priority=2,
+        epilogues=True)
+
+
+DENSE_SGEMM = _template("dense")
+BATCH_MATMUL_SGEMM = _template("batch_matmul")
