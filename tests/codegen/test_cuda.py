@@ -85,11 +85,12 @@ def test_strategy_picks_small_batch_for_few_rows():
     names = [t.name for t in templates_for(Workload.create("dense", (8, 256, 256)), target)]
     assert names == ["dense_small_batch.cuda", "dense_large_batch.cuda"]
     names = [t.name for t in templates_for(Workload.create("dense", (256, 256, 256)), target)]
-    assert names == ["dense_large_batch.cuda"]
+    assert names == ["dense_sgemm.cuda", "dense_large_batch.cuda"]  # f32, tiles of 64
 
 
 def test_space_prunes_over_the_limits():
-    task = Task(Workload.create("batch_matmul", (4, 256, 256, 256)), cuda_target("sm_90"))
+    task = Task(Workload.create("batch_matmul", (4, 256, 256, 256)), cuda_target("sm_90"),
+                template="batch_matmul.cuda")
     for i in list(task.space.valid_indices(limit=300)):
         c = task.space.get(i)
         threads = c["tile_y"].size[1] * c["tile_x"].size[1]

@@ -64,7 +64,7 @@ def test_strategy_offers_tensor_cores_first_for_f16_and_int8():
                                         target)]
     assert i8 == ["batch_matmul_mma.cuda", "batch_matmul_tensorcore.cuda"]
     f32 = [t.name for t in templates_for(Workload.create("dense", (512, 64, 512)), target)]
-    assert f32 == ["dense_large_batch.cuda"]
+    assert f32 == ["dense_sgemm.cuda", "dense_large_batch.cuda"]  # the CUDA cores
     # sm_75 has no mma.sync shapes we use; a gemv pads 16x: both left to the CUDA cores.
     old = [t.name for t in templates_for(Workload.create("dense", (512, 64, 512), "float16"),
                                          cuda_target("sm_75"))]

@@ -2,6 +2,7 @@
 range and built into dispatching libraries, correct at lengths inside and outside the range,
 and listed in the apply report."""
 import math
+import re
 import subprocess
 import sys
 
@@ -99,7 +100,9 @@ def test_tuned_families_serve_the_model(model, tmp_path):
         ex = build(mod, CPU)
     text = str(ctx.report)
     assert len(ctx.report.families) == 2
-    assert "any other shape" in text and ("tuned at" in text or "fallback at" in text)
+    # each bucket names its kernel's origin: tuned, proposed (the re-ranking's pick, timed
+    # here: which wins depends on the machine's load) or the fallback
+    assert "any other shape" in text and re.search(r"(tuned|proposed|fallback) at", text)
     assert all("0 bucket kernels" not in f for f in ctx.report.families)
     _check(ex, [16, 48, 64, 3, 128])  # inside the range, and outside it (generic kernel)
 
