@@ -28,6 +28,23 @@ def nvcc_cubin(src, target, arch):
         return nvcc.compile_cuda(src, target_format="cubin", arch=arch, compiler="nvcc")
 
 
+def ptxas_verbose(src, arch):
+    """Compile generated CUDA source with nvcc (``-Xptxas -v``); asserts it compiled to a
+    cubin and returns ptxas's report (registers, spills, shared memory)."""
+    import os
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        cu = os.path.join(d, "k.cu")
+        with open(cu, "w") as f:
+            f.write(src)
+        out = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-Xptxas", "-v", cu,
+                              "-o", cu + ".cubin"], capture_output=True, text=True)
+        size = os.path.getsize(cu + ".cubin") if out.returncode == 0 else 0
+    assert size > 1000, out.stderr[-500:]
+    return out.stderr
+
+
 def pool_failures(cases, builders_each=3):
     """Build and run each (task, configs) case in pool measurers, which check every output
     against numpy; returns (configs measured, one line per failed config).

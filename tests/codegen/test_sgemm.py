@@ -4,12 +4,10 @@ default there), its fallbacks those of the H100 sweeps, and its CUDA compiles wi
 launch bounds of ``min_blocks`` (registers capped at 128 for two blocks of 256 threads)."""
 import re
 import shutil
-import subprocess
-import tempfile
 
 import pytest
 
-from cuda_helpers import cuda_source
+from cuda_helpers import cuda_source, ptxas_verbose
 from tvm_ext.ops.cuda_sgemm import sgemm_smem_bytes
 from tvm_ext.strategy import templates_for
 from tvm_ext.target import cuda_target
@@ -70,16 +68,10 @@ def test_codegen_compiles_for_sm90(op, layout, knobs):
     assert "st.shared.f32" in src or "st.shared.v4.f32" in src
     # 16-byte global loads, 16-byte fragment loads from shared memory, 16-byte stores of C
     assert "*(float4*)(A_ptr" in src and "*(float4*)(C_ptr" in src
-    with tempfile.TemporaryDirectory() as d:
-        cu = f"{d}/k.cu"
-        with open(cu, "w") as f:
-            f.write(src)
-        out = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", cu,
-                              "-o", cu + ".cubin"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-500:]
-    assert "0 bytes spill stores" in out.stderr, out.stderr[-500:]
-    regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
-    smem = int(re.search(r"(\d+) bytes smem", out.stderr).group(1))
+    report = ptxas_verbose(src, "sm_90")
+    assert "0 bytes spill stores" in report, report[-500:]
+    regs = int(re.search(r"Used (\d+) registers", report).group(1))
+    smem = int(re.search(r"(\d+) bytes smem", report).group(1))
     assert regs <= 65536 // (threads * knobs["min_blocks"])
     # the space's count; buffer compaction trims the padding after each buffer's last row
     # (16 bytes), alignment adds up to 64

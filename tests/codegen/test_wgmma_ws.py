@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from cuda_helpers import cuda_source
+from cuda_helpers import cuda_source, ptxas_verbose
 from tvm_ext.ops.cuda_wgmma_ws import ws_smem_bytes
 from tvm_ext.strategy import templates_for
 from tvm_ext.target import cuda_target
@@ -103,18 +103,8 @@ def test_codegen_compiles_for_sm90a(op, layout, dtype, knobs):
         assert f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group" in src
         assert "st.shared.v2.f32" in src and "cp.async.bulk.wait_group.read 0;" in src
         assert "fence.proxy.async.shared::cta" in src
-    import os
-    import subprocess
-    import tempfile
-    with tempfile.TemporaryDirectory() as d:  # one nvcc: the cubin, and ptxas -v's spills
-        cu = os.path.join(d, "k.cu")
-        with open(cu, "w") as f:
-            f.write(src)
-        out = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", cu,
-                              "-o", cu + ".cubin"], capture_output=True, text=True)
-        cubin = open(cu + ".cubin", "rb").read() if out.returncode == 0 else b""
-    assert len(cubin) > 1000, out.stderr[-500:]
-    assert "0 bytes spill stores" in out.stderr, out.stderr[-500:]
+    report = ptxas_verbose(src, "sm_90a")  # one nvcc: the cubin, and ptxas -v's spills
+    assert "0 bytes spill stores" in report, report[-500:]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -123,8 +113,6 @@ def test_fp8_is_k_major_and_compiles_for_sm90a():
     NT (wgmma reads fp8 K-major), K a multiple of 128; the kernel issues m64nNk32 e4m3/e5m2
     wgmma on the 16-bit kernel's tiles (a stage of 128 fp8 = 128 bytes of K) and compiles for
     sm_90a with nvcc, no spills."""
-    import subprocess
-    import tempfile
 
     from tvm_ext.errors import TemplateError
     target = cuda_target("sm_90", "h100")
@@ -143,11 +131,5 @@ def test_fp8_is_k_major_and_compiles_for_sm90a():
     src = cuda_source(task, fb)
     assert re.search(r"m64n\d+k32_f32_e5m2_e5m2", src) and not re.search(r"m64n\d+k16", src)
     assert "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in src
-    with tempfile.TemporaryDirectory() as d:
-        cu = f"{d}/k.cu"
-        with open(cu, "w") as f:
-            f.write(src)
-        out = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-Xptxas", "-v", cu,
-                              "-o", cu + ".cubin"], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-500:]
-    assert "0 bytes spill stores" in out.stderr, out.stderr[-500:]
+    report = ptxas_verbose(src, "sm_90a")
+    assert "0 bytes spill stores" in report, report[-500:]

@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
                         "with each combination of the --set knob values (in turn with cuBLAS)")
     p.add_argument("--set", nargs="*", default=[], metavar="KNOB=V1,V2",
                    help="--sweep's knob values, e.g. staged_store=0,1 block_n=128,256")
+    p.add_argument("--target", help="cpu suite: build for this llvm target instead of the "
+                   "host's, e.g. '{\"kind\": \"llvm\", \"mcpu\": \"haswell\", "
+                   "\"num-cores\": 2}' (AVX2 code on an AVX-512 host)")
     p.add_argument("--replot", metavar="JSON",
                    help="only draw --plot from the rows of an earlier --json file")
     p.add_argument("--title", help="title of the --replot plot (default: the JSON file name)")
@@ -122,12 +125,15 @@ def main(argv=None) -> int:
             return 0
         if args.sweep and args.suite != "gpu":
             raise TvmExtError("--sweep is an option of the gpu suite")
+        if args.target and args.suite != "cpu":
+            raise TvmExtError("--target is an option of the cpu suite")
         if args.set and not args.sweep:
             raise TvmExtError("--set gives --sweep's knob values: name the template with --sweep")
         if args.suite not in ("cpu", "gpu", "tuning-cost"):
             raise TvmExtError(f"unknown suite '{args.suite}' "
                               "(known: cpu, gpu, tuners, tuning-cost)")
         from ..target import default_target, describe, host_cpu_target  # noqa: PLC0415
+        from ..target import parse_target, target_info  # noqa: PLC0415
         if args.suite == "tuning-cost":
             return _tuning_cost(args)
         if args.suite == "gpu":
@@ -137,7 +143,9 @@ def main(argv=None) -> int:
         else:
             suite = CPU_QUICK if args.quick else CPU_SUITE
             log = args.log or str(data_dir("logs") / "llvm_x86.json")
-            target = host_cpu_target()
+            target = parse_target(args.target) if args.target else host_cpu_target()
+            if target_info(target)["kind"] != "llvm":
+                raise TvmExtError(f"--target {args.target}: the cpu suite builds for llvm")
         if args.tune:
             tune_suite(suite, target, log=log, trials=args.tune, tuner=args.tuner)
         if args.suite == "gpu" and args.sweep:
@@ -150,7 +158,7 @@ def main(argv=None) -> int:
         else:
             from .cpu import run_cpu  # noqa: PLC0415
             rows = run_cpu(suite, log=log, repeat=args.repeat, metaschedule=args.metaschedule,
-                           ms_workdir=args.ms_workdir)
+                           ms_workdir=args.ms_workdir, target=target)
     except TvmExtError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 2

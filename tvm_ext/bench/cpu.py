@@ -69,18 +69,19 @@ def metaschedule_kernels(suite, target, *, trials: int, work_dir: str):
 
 
 def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
-            ms_workdir: str = "tvm_ext_logs/metaschedule_cpu") -> List[Row]:
+            ms_workdir: str = "tvm_ext_logs/metaschedule_cpu", target=None) -> List[Row]:
     """One row per matmul of ``suite`` ("bmm", "dense") and one for the chain ("chain_mm1" ->
     exp -> "chain_mm2"); each side one warm-up, then ``repeat`` samples. With
     ``metaschedule`` = N > 0, MetaSchedule's own tuning (N trials per matmul) is a third
-    method of every row."""
+    method of every row. ``target``: an llvm target to build for instead of the host's (AVX2
+    code on an AVX-512 host, say)."""
     import tvm  # noqa: PLC0415
     from ..dispatch import apply_history_best, build  # noqa: PLC0415
     from ..measure.check import random_inputs  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..codegen import use_host_cores  # noqa: PLC0415
     use_host_cores()  # both sides on every core (numpy's BLAS uses them too)
-    target = host_cpu_target()
+    target = target or host_cpu_target()
     dev = tvm.cpu(0)
     rng = np.random.default_rng(0)
     logs = [log] if log and os.path.exists(log) else []

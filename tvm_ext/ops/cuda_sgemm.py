@@ -8,10 +8,12 @@ warps a scheduler (docs/BENCHMARKS.md, the ncu section). This kernel is written 
 thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
 
 - **Block tile** ``block_m`` x ``block_n``, K in steps of ``block_k``; ``block_m * block_n /
-  64`` threads, each computing an 8 x 8 tile of C as 2 x 2 sub-tiles of 4 x 4 placed half a
-  block tile apart (rows ``4 ty + {0..3}`` and ``+ block_m / 2``, columns likewise). A warp's
-  threads then read neighbouring 16-byte words of a shared row: one ``LDS.128`` per 4 values,
-  no bank conflicts (A's words are broadcast).
+  (8 * thread_n)`` threads, each computing an 8 x ``thread_n`` tile of C as sub-tiles of
+  4 x 4 spread evenly over the block tile (rows ``4 ty + {0..3}`` and ``+ block_m / 2``;
+  columns ``4 tx + {0..3}`` and every ``block_n / (thread_n / 4)`` after). A warp's threads
+  then read neighbouring 16-byte words of a shared row: one ``LDS.128`` per 4 values, no bank
+  conflicts (A's words are broadcast). ``thread_n`` = 16 is cuBLAS's thread tile (about 220
+  registers, one block of 8 warps an SM); 8 needs about 126-150.
 - **Shared memory, double-buffered**, both tiles K-major (``[2][block_k][rows + 4]``): a row of
   K holds the block's M (or N) values, so a thread's 4 values are one 16-byte word. An operand
   stored K-contiguous (A [M, K], B [N, K]) is transposed on its way in (4 scalar stores per
@@ -24,12 +26,23 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
 - **Registers double-buffered.** The fragments (8 A and 8 B values) of k step ``k + 1`` are
   loaded while the 64 FMAs of step ``k`` run (the next tile's first step from the other
   buffer), so the FMAs never wait for a shared load.
+- **The FMAs** of a k step: the outer product of the 8 A and ``thread_n`` B fragments, row
+  by row; ``serpentine`` = 1 runs odd rows right to left (CUTLASS's order: the B register of
+  one row's last FMA is the next row's first, from the operand reuse cache), which cut the
+  dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS).
+- ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
+  many blocks share an SM (2: 128 registers for 256 threads).
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
   so that a wave's B tiles are shared in L2.
 - A subgraph task's elementwise epilogue is computed in the write-back (16-byte stores of C).
 
 Scope: f32 in and out (the f32 rows of the GPU suite), the 4 layouts, M, N and K multiples of
-the tiles (no guarded kernel: other shapes keep the TensorIR templates).
+the tiles (no guarded kernel: other shapes keep the TensorIR templates), M >= 128.
+
+Measured (docs/BENCHMARKS.md, H100, against cuBLAS in one process): the seed bmm
+24x16384x512x64 1.20x, 1024^3 1.04x, 8192^3 0.92x; ncu puts the last one's gap in the issue
+rate (79% of the slots against cuBLAS's 91%, the same instruction count), mostly dispatch
+stalls.
 """
 from __future__ import annotations
 
@@ -55,7 +68,7 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
 
     batch, M, N, K = wl.batch, wl.M, wl.N, wl.K
     BM, BN, BK = block_m, block_n, block_k
-    assert M % BM == 0 and N % BN == 0 and K % BK == 0 and BK % 4 == 0 and BK % 2 == 0
+    assert M % BM == 0 and N % BN == 0 and K % BK == 0 and BK % 4 == 0
     TN = thread_n  # a thread's columns: TN / 4 sub-tiles of 4, BN / (TN / 4) apart
     TXN, TYM = BN // TN, BM // 8  # threads along N, along M
     threads = TXN * TYM
@@ -106,27 +119,21 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
         attrs["target"] = target
 
     @T.macro
-    def to_shared(As, Bs, ga, gb, tid, st):
-        """A tile's registers (its global loads) into shared buffer ``st``: 4 scalar stores a
-        16-byte load where the operand is transposed (K-contiguous), else one 16-byte store.
-        ``st.shared`` instructions, which TVM's sync planner does not see (it would add a
-        second barrier a K tile): the kernel's own barriers order them."""
-        for q in T.unroll(na):
-            r, kk = T.meta_var(where(a_kc, BM, q, tid))
-            if a_kc:
+    def to_shared(X, g, kc, R, n, S, tid, st):
+        """An operand's registers (its tile's global loads, ``n`` of 16 bytes) into its shared
+        buffer ``X`` (rows of ``S``), buffer ``st``: 4 scalar stores a 16-byte load where the
+        operand is K-contiguous (transposed on the way), else one 16-byte store. ``st.shared``
+        instructions, which TVM's sync planner does not see (it would add a second barrier a
+        K tile): the kernel's own barriers order them."""
+        for q in T.unroll(n):
+            r, kk = T.meta_var(where(kc, R, q, tid))
+            if kc:
                 for c in T.unroll(4):
-                    T.ptx["st.shared.f32"](T.address_of(As[sa(st, kk + c, r)]), ga[q * 4 + c])
+                    T.ptx["st.shared.f32"](T.address_of(X[st * BK * S + (kk + c) * S + r]),
+                                           g[q * 4 + c])
             else:
-                T.ptx["st.shared.v4.f32"](T.address_of(As[sa(st, kk, r)]),
-                                          *[ga[q * 4 + v] for v in range(4)])
-        for q in T.unroll(nb):
-            r, kk = T.meta_var(where(b_kc, BN, q, tid))
-            if b_kc:
-                for c in T.unroll(4):
-                    T.ptx["st.shared.f32"](T.address_of(Bs[sb(st, kk + c, r)]), gb[q * 4 + c])
-            else:
-                T.ptx["st.shared.v4.f32"](T.address_of(Bs[sb(st, kk, r)]),
-                                          *[gb[q * 4 + v] for v in range(4)])
+                T.ptx["st.shared.v4.f32"](T.address_of(X[st * BK * S + kk * S + r]),
+                                          *[g[q * 4 + v] for v in range(4)])
 
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, "float32"), B: T.Buffer(b_shape, "float32"),
@@ -159,7 +166,8 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
             r, kk = T.meta_var(where(b_kc, BN, q, tid))
             for c in T.vectorized(4):
                 gb[q * 4 + c] = B[gidx(bz, b_kc, bn * BN + r + c * (1 - b_kc), kk + c * b_kc)]
-        to_shared(As, Bs, ga, gb, tid, 0)
+        to_shared(As, ga, a_kc, BM, na, SA, tid, 0)
+        to_shared(Bs, gb, b_kc, BN, nb, SB, tid, 0)
         T.tvm_storage_sync("shared")
         for h in T.unroll(2):
             for c in T.vectorized(4):
@@ -185,7 +193,8 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                 if k == BK - 1 and kt + 1 < KT:
                     # the next tile into the other buffer (read by nobody since the last
                     # barrier), then the one barrier of this tile
-                    to_shared(As, Bs, ga, gb, tid, nxt)
+                    to_shared(As, ga, a_kc, BM, na, SA, tid, nxt)
+                    to_shared(Bs, gb, b_kc, BN, nb, SB, tid, nxt)
                     T.tvm_storage_sync("shared")
                 # the fragments of the next k step (the next tile's first from the other
                 # buffer), loaded while this step's FMAs run
