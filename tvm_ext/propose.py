@@ -436,7 +436,7 @@ def _wgmma_ws(v, f) -> float:
     other's MMAs, the TMA store running on under the next tile); on the H100 the two kernels
     of a 128 x 256 tile differed by 7% on 8192^3 and 2-3x where the output dominates (both
     storing from registers). A 2-CTA cluster (B multicast) ranks 1% behind the same config
-    without: on the H100 it measured 0.97-1.00x of it on 8192^3 and 0.98-1.02x on the
+    without: on the H100 it measured 0.93-0.98x of it on 8192^3 and 0.99-1.05x on the
     attention scores (docs/BENCHMARKS.md), so it breaks ties, not more."""
     tile = {"warpgroups": 1 if v.get("pingpong") else v["consumers"], "block_n": v["block_n"],
             "block_k": v["block_k"], "stages": v["stages"], "wgmma_wait": v["wgmma_wait"],

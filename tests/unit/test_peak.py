@@ -22,3 +22,12 @@ def test_prepacked_rows_time_both_kernels_after_checking_them():
     assert [label.split(", ")[1] for label, _ in rows] == [
         "packed at every call (fallback)", "weight packed at build time (fallback)"]
     assert all(ms > 0 for _, ms in rows)
+
+
+def test_store_floor_writes_the_whole_output_of_a_batched_shape():
+    """The stores' floor writes every element of the output (it checks the last), batched
+    and not, in milliseconds that grow with the bytes written."""
+    from tvm_ext.workload import Workload
+    small = peak.store_floor(Workload.create("batch_matmul", (2, 64, 128, 8)), repeat=3)
+    large = peak.store_floor(Workload.create("dense", (2048, 4096, 8)), repeat=3)
+    assert 0 < small < large

@@ -63,6 +63,32 @@ def test_the_model_knows_what_costs():
     assert estimate(task.space, good) < estimate(task.space, repack)
 
 
+def test_the_sgemm_model_follows_the_h100_sweeps():
+    """*_sgemm.cuda: its first proposal is the config the H100 sweeps ran fastest (the
+    fallback's) on the GPU suite's f32 rows, and it orders the pairs those sweeps measured
+    far apart (docs/BENCHMARKS.md)."""
+    sm90 = cuda_target("sm_90", "h100")
+
+    def knobs(bm, bn, bk, mb, tn=8, serp=1, raster=1):
+        return {"block_m": bm, "block_n": bn, "block_k": bk, "min_blocks": mb, "thread_n": tn,
+                "serpentine": serp, "raster": raster}
+    for op, shape, layout, faster, slower in (
+            # 8192^3: two blocks an SM 0.91x, one 0.84x; serpentine 0.91x, row order 0.87x
+            ("dense", (8192, 8192, 8192), "NN", knobs(128, 128, 16, 2, raster=8),
+             knobs(128, 128, 16, 1, raster=8)),
+            ("dense", (8192, 8192, 8192), "NN", knobs(128, 128, 16, 2, raster=8),
+             knobs(128, 128, 16, 2, serp=0, raster=8)),
+            # 1024^3: 64 x 128 tiles 1.04x, 128 x 128 (64 blocks for 132 SMs) 0.58x
+            ("dense", (1024, 1024, 1024), "NN", knobs(64, 128, 16, 1), knobs(128, 128, 16, 1)),
+            # the seed bmm (K = 64): 64 x 128 1.25x, 128 x 128 0.89x
+            ("batch_matmul", (24, 16384, 512, 64), "NT", knobs(64, 128, 16, 2),
+             knobs(128, 128, 16, 1))):
+        task = Task(Workload.create(op, shape, layout=layout), sm90, template=f"{op}_sgemm.cuda")
+        assert task.space.get(propose(task.space, 1)[0]) == task.fallback_config()
+        fast, slow = task.config_with(faster), task.config_with(slower)
+        assert estimate(task.space, fast) < estimate(task.space, slow), (shape, slower)
+
+
 def test_xgb_starts_from_the_proposal():
     task = Task(Workload.create("dense", (128, 3072, 768)), CPU)
     tuner = make_tuner("xgb", task.space, seed=0)

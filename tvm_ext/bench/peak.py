@@ -8,7 +8,9 @@ thread, built by TVM for this host like our kernels (``-mcpu`` from the host, TV
 ``use_host_cores`` threads). Its GFLOP/s is the ceiling the GEMM rows of the CPU bench are
 compared with (``--gemm``: the bench's large rows as a share of it, and the dense row's
 kernel with its weight packed at every call and packed once ahead, as a constant weight of a
-Relax model is: ``prepacked_rows``).
+Relax model is: ``prepacked_rows``; and the time that only writing each row's output takes:
+``store_floor``, the row's floor wherever it is bound by its stores, as the bmm row's 100 MB
+output of 64-deep sums is).
 
     python -m tvm_ext.bench.peak [--steps 200000] [--gemm]
 """
@@ -111,7 +113,51 @@ def main(argv=None) -> int:
                                                                "llvm_x86.json")):
             gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
             print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of the peak")
+        # The stores' floor: a row whose output alone takes longer to write than its FMAs at
+        # the peak cannot reach the peak, however its stores and FMAs overlap.
+        for key in ("bmm", "dense", "chain_mm1", "chain_mm2"):
+            wl = CPU_SUITE[key]
+            ms = store_floor(wl)
+            fma_ms = wl.flop / (peak * 1e9) * 1e3
+            print(f"{key}: writing its {wl.M * wl.N * wl.batch * 4 / 1e6:.1f} MB output takes "
+                  f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
+                  f"{min(1.0, fma_ms / ms):.1%} of the peak")
     return 0
+
+
+def store_floor(wl, repeat: int = 7) -> float:
+    """Median ms of a TVM kernel that only writes ``wl``'s output (a constant), on the same
+    threads as our kernels, in the order our GEMMs write it (rows in parallel, 16-byte or
+    wider vector stores along N): no GEMM of ``wl`` on this host can take less."""
+    import numpy as np  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te  # noqa: PLC0415
+
+    from ..codegen import compile_module, use_host_cores  # noqa: PLC0415
+    from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
+    use_host_cores()
+    target = host_cpu_target()
+    lanes = hardware_facts(target)["vector_lanes"]
+    shape = wl.out_shape
+    C = te.compute(shape, lambda *i: tvm.tirx.const(1.0, wl.out_dtype), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([C])}))
+    block = sch.get_sblock("C")
+    loops = sch.get_loops(block)
+    outer = sch.fuse(*loops[:-1]) if len(loops) > 1 else None
+    _, inner = sch.split(loops[-1], [None, lanes])
+    sch.vectorize(inner)
+    if outer is not None:
+        sch.parallel(outer)
+    func = compile_module(sch.mod, target)["main"]
+    out = tvm.runtime.empty(shape, wl.out_dtype, tvm.cpu())
+    func(out)
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func(out)
+        samples.append(time.perf_counter() - start)
+    assert float(out.numpy().flat[-1]) == 1.0
+    return float(np.median(samples)) * 1e3
 
 
 def prepacked_rows(wl, log, repeat: int = 7):

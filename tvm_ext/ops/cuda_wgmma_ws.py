@@ -55,8 +55,8 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   (``mapa`` + ``mbarrier.arrive.shared::cluster``, CTA-scope release as CUTLASS's consumer
   release: the cluster-scope release cost 2x on 8192^3). A cluster barrier after the barriers'
   initialisation (``fence.mbarrier_init.release.cluster``) and one before exit (no CTA leaves
-  while the other may still arrive on its barriers). Measured neutral on the H100 (0.97-1.00x
-  of the same config without, 8192^3; 0.98-1.02x on the attention scores), so the fallback
+  while the other may still arrive on its barriers). Measured no better on the H100 (0.93-0.98x
+  of the same config without on 8192^3, 0.99-1.05x on the attention scores), so the fallback
   keeps ``cluster`` = 1.
 
 The mbarrier phases come from one running count of K steps per block (``g``): slot ``g %
