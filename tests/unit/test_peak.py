@@ -25,9 +25,9 @@ def test_prepacked_rows_time_both_kernels_after_checking_them():
 
 
 def test_store_floor_writes_the_whole_output_of_a_batched_shape():
-    """The stores' floor writes every element of the output (it checks the last), batched
-    and not, in milliseconds that grow with the bytes written."""
+    """The stores' floor writes every element of the output (``store_floor`` checks them all
+    and raises otherwise), batched and not, and reports a time."""
     from tvm_ext.workload import Workload
-    small = peak.store_floor(Workload.create("batch_matmul", (2, 64, 128, 8)), repeat=3)
-    large = peak.store_floor(Workload.create("dense", (2048, 4096, 8)), repeat=3)
-    assert 0 < small < large
+    for wl in (Workload.create("batch_matmul", (2, 64, 128, 8)),
+               Workload.create("dense", (96, 40, 8))):  # 40: not a multiple of the lanes
+        assert peak.store_floor(wl, repeat=2) > 0

@@ -156,7 +156,8 @@ def store_floor(wl, repeat: int = 7) -> float:
         start = time.perf_counter()
         func(out)
         samples.append(time.perf_counter() - start)
-    assert float(out.numpy().flat[-1]) == 1.0
+    if not (out.numpy() == 1.0).all():
+        raise RuntimeError("the store kernel left part of the output unwritten")
     return float(np.median(samples)) * 1e3
 
 
