@@ -43,7 +43,7 @@ from ..errors import TvmExtError
 from ..space import data_dir
 from .common import blas_info, print_table
 from .cpu import CPU_QUICK, CPU_SUITE
-from .gpu import GPU_SUITE
+from .gpu import GPU_SUITE, knob_grid as _knob_grid
 
 PROG = "tvm_ext.bench"
 
@@ -181,20 +181,6 @@ def main(argv=None) -> int:
         plot_ratios(dicts, args.plot, title=f"tvm_ext vs {ref} ({args.suite} suite)",
                     ref_name=ref)
     return 0
-
-
-def _knob_grid(items):
-    """{knob: [int values]} of --set's KNOB=V1,V2 items (one-line error on a bad item)."""
-    grid = {}
-    for item in items:
-        knob, sep, values = item.partition("=")
-        try:
-            grid[knob] = [int(v) for v in values.split(",")]
-        except ValueError:
-            sep = ""
-        if not sep or not knob:
-            raise TvmExtError(f"--set {item!r}: expected KNOB=V1,V2 with integer values")
-    return grid
 
 
 def _tuning_cost(args) -> int:

@@ -218,6 +218,48 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
     return rows
 
 
+def knob_grid(items):
+    """{knob: [int values]} of --set's KNOB=V1,V2 items (one-line error on a bad item)."""
+    from ..errors import TvmExtError  # noqa: PLC0415
+    grid = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        try:
+            grid[knob] = [int(v) for v in values.split(",")]
+        except ValueError:
+            sep = ""
+        if not sep or not knob:
+            raise TvmExtError(f"--set {item!r}: expected KNOB=V1,V2 with integer values")
+    return grid
+
+
+def template_task(wl, template: str, target):
+    """The task of ``template`` for ``wl``'s own op: ``dense_X`` and ``batch_matmul_X`` are
+    named as one (``X``, e.g. ``sgemm.cuda``; either full name works too)."""
+    from ..task import Task  # noqa: PLC0415
+    suffix = template
+    for op in ("batch_matmul_", "dense_"):
+        suffix = suffix[len(op):] if suffix.startswith(op) else suffix
+    return Task(wl, target, template=f"{wl.op}_{suffix}")
+
+
+def check_grid(task, grid) -> None:
+    """TvmExtError (one line) unless every knob of ``grid`` ({knob: [values]}) is one of
+    ``task``'s and every value one of that knob's."""
+    from ..errors import TvmExtError  # noqa: PLC0415
+    unknown = [k for k in grid if k not in task.space.knobs]
+    if unknown:
+        raise TvmExtError(f"--set: {task.name} has no knob {unknown[0]!r} (knobs: "
+                          f"{', '.join(task.space.knobs)})")
+    for k, values in grid.items():
+        knob = task.space.knobs[k]
+        have = [getattr(e, "val", None) for e in knob.entities]
+        bad = [v for v in values if knob.kind != "ot" or v not in have]
+        if bad:
+            raise TvmExtError(f"--set: {bad[0]} is not a value of {task.name}'s knob {k} "
+                              f"(values: {have})")
+
+
 def run_sweep(suite, template: str, grid, *, repeat: int, timing: str = "graph",
               target=None) -> List[Row]:
     """``--sweep``: per workload, the template's (that of the workload's op: ``dense_X`` and
@@ -227,25 +269,10 @@ def run_sweep(suite, template: str, grid, *, repeat: int, timing: str = "graph",
     which rule."""
     import itertools  # noqa: PLC0415
     from ..target import default_target  # noqa: PLC0415
-    from ..task import Task  # noqa: PLC0415
-    from ..errors import TvmExtError  # noqa: PLC0415
     target = target or default_target()
-    suffix = template
-    for op in ("batch_matmul_", "dense_"):  # the template of each workload's own op
-        suffix = suffix[len(op):] if suffix.startswith(op) else suffix
-    tasks = {name: Task(wl, target, template=f"{wl.op}_{suffix}") for name, wl in suite.items()}
+    tasks = {name: template_task(wl, template, target) for name, wl in suite.items()}
     for task in tasks.values():  # every name and value checked before anything is measured
-        unknown = [k for k in grid if k not in task.space.knobs]
-        if unknown:
-            raise TvmExtError(f"--set: {task.name} has no knob {unknown[0]!r} (knobs: "
-                              f"{', '.join(task.space.knobs)})")
-        for k, values in grid.items():
-            knob = task.space.knobs[k]
-            have = [getattr(e, "val", None) for e in knob.entities]
-            bad = [v for v in values if knob.kind != "ot" or v not in have]
-            if bad:
-                raise TvmExtError(f"--set: {bad[0]} is not a value of {task.name}'s knob {k} "
-                                  f"(values: {have})")
+        check_grid(task, grid)
     sampler = _samplers(timing)
     rng = np.random.default_rng(0)
     rows = []

@@ -70,69 +70,52 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     import numpy as np  # noqa: PLC0415
-    from .__main__ import _knob_grid  # noqa: PLC0415
-    from .gpu import GPU_SUITE, _reference  # noqa: PLC0415
+    from .gpu import (GPU_SUITE, _checked, _reference, check_grid,  # noqa: PLC0415
+                      knob_grid, template_task)
     if args.only not in GPU_SUITE:
         raise TvmExtError(f"--only {args.only!r}: not in the GPU suite "
                           f"({', '.join(GPU_SUITE)})")
     if not args.cublas and not args.template:
         raise TvmExtError("give --template (or --cublas)")
     wl = GPU_SUITE[args.only]
-    knobs = {k: v[0] for k, v in _knob_grid(args.set).items()}
-    if any(len(v) != 1 for v in _knob_grid(args.set).values()):
+    grid = knob_grid(args.set)
+    if any(len(v) != 1 for v in grid.values()):
         raise TvmExtError("--set: one value a knob here")
     task = None
     if not args.cublas:
         from ..target import default_target  # noqa: PLC0415
-        from ..task import Task  # noqa: PLC0415
-        suffix = args.template
-        for op in ("batch_matmul_", "dense_"):
-            suffix = suffix[len(op):] if suffix.startswith(op) else suffix
-        task = Task(wl, default_target(), template=f"{wl.op}_{suffix}")
-        unknown = [k for k in knobs if k not in task.space.knobs]
-        if unknown:
-            raise TvmExtError(f"--set: {task.name} has no knob {unknown[0]!r}")
-        cfg = task.config_with(knobs)
+        task = template_task(wl, args.template, default_target())
+        check_grid(task, grid)
+        cfg = task.config_with({k: v[0] for k, v in grid.items()})
         if not task.space.is_valid(cfg):
             raise TvmExtError(f"--set: not in the space: {'; '.join(task.space.violations(cfg))}")
         print(f"{task.name} {wl}: {cfg}", flush=True)
+    import torch  # noqa: PLC0415
     import tvm  # noqa: PLC0415
     from ..measure.check import tolerance  # noqa: PLC0415
     args_t, launches, expect = _reference(wl, np.random.default_rng(0))
-    dev = tvm.cuda(0)
     if args.cublas:
         launch = launches["cuBLAS"]
-        got = launch()
-        got = got.float().cpu().numpy() if hasattr(got, "cpu") else None
+        ok = np.allclose(launch().float().cpu().numpy(), expect, *tolerance(wl))
     else:
         built = task.build(cfg)
-        func = built.mod["main"]
-        out = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-
-        def launch():
-            func(*args_t, out)
-        launch()
-        dev.sync()
-        got = out.numpy().astype("float64")
         if args.sass or args.sass_out:
             mix = sass_mix(built.mod.imports[0].inspect_source(), save=args.sass_out)
             total = sum(mix.values())
             print("SASS mix:", ", ".join(f"{op} {n} ({100 * n / total:.0f}%)"
                                          for op, n in mix.most_common(14)), flush=True)
-    if got is not None:
-        rtol, atol = tolerance(wl)
-        ok = np.allclose(got, expect, rtol=rtol, atol=atol)
-        print(f"checked against numpy: {'ok' if ok else 'WRONG'}", flush=True)
-        if not ok:
-            return 1
+        launch = _checked(args.only, wl, args_t, expect, task.name, lambda: built, {})
+        ok = launch is not None
+    print(f"checked against numpy: {'ok' if ok else 'WRONG or not built (see above)'}",
+          flush=True)
+    if not ok:
+        return 1
     for _ in range(args.calls):
         launch()
-    dev.sync()
-    import torch  # noqa: PLC0415
+    tvm.cuda(0).sync()
     torch.cuda.synchronize()
     print(f"launched {args.calls} times", flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -49,6 +49,16 @@ def peak_kernel(threads: int, lanes: int, chains: int, steps: int):
     return func, 2.0 * threads * chains * lanes * steps
 
 
+def _timed(call, repeat: int):
+    """Seconds of ``repeat`` calls, one at a time."""
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
 def measure(steps: int = 200_000, repeat: int = 7) -> dict:
     """The best of ``repeat`` calls (each about steps x 12 FMAs per thread) in GFLOP/s."""
     import numpy as np  # noqa: PLC0415
@@ -67,11 +77,7 @@ def measure(steps: int = 200_000, repeat: int = 7) -> dict:
     y = tvm.runtime.tensor(np.full((steps,), 1e-6, "float32"))
     out = tvm.runtime.empty((threads, chains, lanes), "float32", tvm.cpu())
     func(x, y, out)
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func(x, y, out)
-        samples.append(time.perf_counter() - start)
+    samples = _timed(functools.partial(func, x, y, out), repeat)
     want = steps * 1e-6
     if not np.allclose(out.numpy(), want, rtol=1e-2):
         raise RuntimeError(f"the peak kernel summed {out.numpy().flat[0]}, not {want}")
@@ -96,6 +102,7 @@ def main(argv=None) -> int:
           f"{r['threads']} threads, {r['lanes']}-lane f32 vectors, {r['chains']} chains a thread")
     if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
         from ..space import data_dir  # noqa: PLC0415
+        from ..workload import DTYPE_BYTES  # noqa: PLC0415
         from .cpu import CPU_SUITE, run_cpu  # noqa: PLC0415
         large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
         # the chain's two GEMMs also as rows of their own (the chain row adds its exp kernel)
@@ -119,7 +126,8 @@ def main(argv=None) -> int:
             wl = CPU_SUITE[key]
             ms = store_floor(wl)
             fma_ms = wl.flop / (peak * 1e9) * 1e3
-            print(f"{key}: writing its {wl.M * wl.N * wl.batch * 4 / 1e6:.1f} MB output takes "
+            mb = wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] / 1e6
+            print(f"{key}: writing its {mb:.1f} MB output takes "
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")
     return 0
@@ -151,11 +159,7 @@ def store_floor(wl, repeat: int = 7) -> float:
     func = compile_module(sch.mod, target)["main"]
     out = tvm.runtime.empty(shape, wl.out_dtype, tvm.cpu())
     func(out)
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func(out)
-        samples.append(time.perf_counter() - start)
+    samples = _timed(functools.partial(func, out), repeat)
     if not (out.numpy() == 1.0).all():
         raise RuntimeError("the store kernel left part of the output unwritten")
     return float(np.median(samples)) * 1e3

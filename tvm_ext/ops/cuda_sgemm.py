@@ -103,12 +103,6 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
             return f // (BK // 4), f % (BK // 4) * 4
         return f % (R // 4) * 4, f // (R // 4)
 
-    def sa(st, k, r):  # A's shared tile: [2][BK][SA], flat
-        return st * BK * SA + k * SA + r
-
-    def sb(st, k, r):
-        return st * BK * SB + k * SB + r
-
     def tile_of(t):
         bm, bn = grouped_tile(tirx.truncmod(t, per_batch), group, nbm, nbn, tirx.truncdiv,
                               tirx.truncmod)
@@ -117,6 +111,23 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
     attrs = {"global_symbol": "main", "tirx.noalias": True}
     if target is not None:
         attrs["target"] = target
+
+    @T.macro
+    def to_regs(X, g, kc, R, n, row0, k0, tid, bz):
+        """An operand's ``n`` 16-byte global loads of its K tile at ``k0`` into registers."""
+        for q in T.unroll(n):
+            r, kk = T.meta_var(where(kc, R, q, tid))
+            for c in T.vectorized(4):
+                g[q * 4 + c] = X[gidx(bz, kc, row0 + r + c * (1 - kc), k0 + kk + c * kc)]
+
+    @T.macro
+    def fragments(X, f, S, slot, st, k, t0, apart, parts):
+        """A thread's fragment of k step ``k`` from shared buffer ``st`` (flat [2][BK][S])
+        into register slot ``slot``: ``parts`` 16-byte words, ``apart`` elements apart from
+        ``t0``."""
+        for h in T.unroll(parts):
+            for c in T.vectorized(4):
+                f[slot, h * 4 + c] = X[st * BK * S + k * S + t0 + h * apart + c]
 
     @T.macro
     def to_shared(X, g, kc, R, n, S, tid, st):
@@ -158,37 +169,19 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
             for j in T.unroll(TN):
                 acc[i, j] = T.float32(0)
         # tile 0: global -> registers -> shared buffer 0
-        for q in T.unroll(na):
-            r, kk = T.meta_var(where(a_kc, BM, q, tid))
-            for c in T.vectorized(4):
-                ga[q * 4 + c] = A[gidx(bz, a_kc, bm * BM + r + c * (1 - a_kc), kk + c * a_kc)]
-        for q in T.unroll(nb):
-            r, kk = T.meta_var(where(b_kc, BN, q, tid))
-            for c in T.vectorized(4):
-                gb[q * 4 + c] = B[gidx(bz, b_kc, bn * BN + r + c * (1 - b_kc), kk + c * b_kc)]
+        to_regs(A, ga, a_kc, BM, na, bm * BM, 0, tid, bz)
+        to_regs(B, gb, b_kc, BN, nb, bn * BN, 0, tid, bz)
         to_shared(As, ga, a_kc, BM, na, SA, tid, 0)
         to_shared(Bs, gb, b_kc, BN, nb, SB, tid, 0)
         T.tvm_storage_sync("shared")
-        for h in T.unroll(2):
-            for c in T.vectorized(4):
-                fa[0, h * 4 + c] = As[sa(0, 0, ty * 4 + h * HM + c)]
-        for h in T.unroll(SN):
-            for c in T.vectorized(4):
-                fb[0, h * 4 + c] = Bs[sb(0, 0, tx * 4 + h * HN + c)]
+        fragments(As, fa, SA, 0, 0, 0, ty * 4, HM, 2)
+        fragments(Bs, fb, SB, 0, 0, 0, tx * 4, HN, SN)
         for kt in T.serial(KT):
             cur = T.meta_var(tirx.truncmod(kt, 2))
             nxt = T.meta_var(1 - tirx.truncmod(kt, 2))
             if kt + 1 < KT:  # the next tile's global loads, in flight under this tile's FMAs
-                for q in T.unroll(na):
-                    r, kk = T.meta_var(where(a_kc, BM, q, tid))
-                    for c in T.vectorized(4):
-                        ga[q * 4 + c] = A[gidx(bz, a_kc, bm * BM + r + c * (1 - a_kc),
-                                               (kt + 1) * BK + kk + c * a_kc)]
-                for q in T.unroll(nb):
-                    r, kk = T.meta_var(where(b_kc, BN, q, tid))
-                    for c in T.vectorized(4):
-                        gb[q * 4 + c] = B[gidx(bz, b_kc, bn * BN + r + c * (1 - b_kc),
-                                               (kt + 1) * BK + kk + c * b_kc)]
+                to_regs(A, ga, a_kc, BM, na, bm * BM, (kt + 1) * BK, tid, bz)
+                to_regs(B, gb, b_kc, BN, nb, bn * BN, (kt + 1) * BK, tid, bz)
             for k in T.unroll(BK):
                 if k == BK - 1 and kt + 1 < KT:
                     # the next tile into the other buffer (read by nobody since the last
@@ -199,19 +192,11 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                 # the fragments of the next k step (the next tile's first from the other
                 # buffer), loaded while this step's FMAs run
                 if k < BK - 1:
-                    for h in T.unroll(2):
-                        for c in T.vectorized(4):
-                            fa[(k + 1) % 2, h * 4 + c] = As[sa(cur, k + 1, ty * 4 + h * HM + c)]
-                    for h in T.unroll(SN):
-                        for c in T.vectorized(4):
-                            fb[(k + 1) % 2, h * 4 + c] = Bs[sb(cur, k + 1, tx * 4 + h * HN + c)]
+                    fragments(As, fa, SA, (k + 1) % 2, cur, k + 1, ty * 4, HM, 2)
+                    fragments(Bs, fb, SB, (k + 1) % 2, cur, k + 1, tx * 4, HN, SN)
                 elif kt + 1 < KT:
-                    for h in T.unroll(2):
-                        for c in T.vectorized(4):
-                            fa[0, h * 4 + c] = As[sa(nxt, 0, ty * 4 + h * HM + c)]
-                    for h in T.unroll(SN):
-                        for c in T.vectorized(4):
-                            fb[0, h * 4 + c] = Bs[sb(nxt, 0, tx * 4 + h * HN + c)]
+                    fragments(As, fa, SA, 0, nxt, 0, ty * 4, HM, 2)
+                    fragments(Bs, fb, SB, 0, nxt, 0, tx * 4, HN, SN)
                 for i in T.unroll(8):
                     for jj in T.unroll(TN):
                         # serpentine: odd rows right to left (the last B register reused)
@@ -230,10 +215,7 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
 
 def kernel_from_config(wl, cfg, facts, target, sizes=None):
     assert sizes is None, "the SGEMM template has no shape-family kernel"
-    return sgemm(wl, block_m=cfg["block_m"].val, block_n=cfg["block_n"].val,
-                 block_k=cfg["block_k"].val, raster=cfg["raster"].val,
-                 min_blocks=cfg["min_blocks"].val, thread_n=cfg["thread_n"].val,
-                 serpentine=cfg["serpentine"].val, target=target)
+    return sgemm(wl, **cfg.values_dict(), target=target)  # the knobs are its parameters
 
 
 def fallback_sgemm(space, wl, facts):

@@ -441,12 +441,8 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
 
 def kernel_from_config(wl, cfg, facts, target, sizes=None):
     assert sizes is None, "the warp-specialised template has no shape-family kernel"
-    return wgmma_ws_gemm(wl, consumers=cfg["consumers"].val, block_n=cfg["block_n"].val,
-                         block_k=cfg["block_k"].val, stages=cfg["stages"].val,
-                         wgmma_wait=cfg["wgmma_wait"].val, raster=cfg["raster"].val,
-                         pingpong=cfg["pingpong"].val, num_sms=facts["num_sms"],
-                         staged_store=cfg["staged_store"].val, cluster=cfg["cluster"].val,
-                         target=target)
+    # the knobs are its parameters
+    return wgmma_ws_gemm(wl, **cfg.values_dict(), num_sms=facts["num_sms"], target=target)
 
 
 def fallback_ws(space, wl, facts):
