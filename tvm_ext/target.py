@@ -650,8 +650,9 @@ def hardware_facts(target, dtype: str = "float32") -> Dict[str, Any]:
     model or arch, never the visible GPU's (a space and its proposals depend on the target
     alone, and the builder processes that make tasks never initialise CUDA)."""
     info = target_info(target)
-    from .workload import DTYPE_BYTES  # noqa: PLC0415
-    bits = 8 * DTYPE_BYTES.get(dtype, 4)
+    # (workload.DTYPE_BYTES in bits: target sits beside workload in the layers, not above it)
+    bits = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8,
+            "uint8": 8, "int32": 32, "float8_e4m3fn": 8, "float8_e5m2": 8}.get(dtype, 32)
     if info["kind"] == "cuda":
         d = dict(target.export()) if not isinstance(target, (str, dict)) else {}
         arch = info["arch"] or "sm_90"

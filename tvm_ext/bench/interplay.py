@@ -119,8 +119,8 @@ def main(argv=None) -> int:
           f"{'numpy after ours':>18}")
     for r in rows:
         print(f"{r['setting']:<18}{r['ours']:>8.3f}{r['ours after numpy']:>11.3f} "
-              f"({r['ours after numpy'] / r['ours']:.1f}x){r['numpy']:>8.3f}"
-              f"{r['numpy after ours']:>11.3f} ({r['numpy after ours'] / r['numpy']:.1f}x)")
+              f"({r['ours after numpy'] / r['ours']:.3g}x){r['numpy']:>8.3f}"
+              f"{r['numpy after ours']:>11.3f} ({r['numpy after ours'] / r['numpy']:.3g}x)")
     return 0
 
 
