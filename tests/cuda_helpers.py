@@ -163,10 +163,32 @@ SPLIT_K_CASES = (("float16", "float16", "NT"), ("int8", "int32", "NN"),
                  ("float16", "float32", "TN"))
 
 
+SLICE_K_CASES = (((512, 16, 512), "float16", "float16", "NT"),
+                 ((512, 64, 512), "int8", "int32", "NN"),
+                 ((256, 32, 1024), "float16", "float32", "TN"),
+                 ((128, 64, 2048), "bfloat16", "bfloat16", "TT"))
+
+
+def slice_configs(task, n):
+    """The fallback's tiles with slice_k 2 and 4 (stage_c 0, the deepest pipeline the space
+    allows) where the space allows them, then ``n`` random valid sliced configs."""
+    fb = task.fallback_config().values_dict()
+    picks = []
+    for s in (2, 4):
+        for stages in range(fb["stages"], 0, -1):
+            c = task.space.config_from_values({**fb, "slice_k": s, "stage_c": 0,
+                                               "stages": stages})
+            if task.space.is_valid(c):
+                picks.append(c)
+                break
+    return picks + random_valid(task, n, 11, keep=lambda c: c["slice_k"].val > 1)
+
+
 def split_configs(task, n):
     """The fallback with split_k 2, 4 and 8 where the space allows it, then ``n`` random valid
     split configs."""
     fb = task.fallback_config().values_dict()
-    picks = [task.space.config_from_values({**fb, "split_k": s}) for s in (2, 4, 8)]
+    unsliced = {"slice_k": 1} if "slice_k" in fb else {}
+    picks = [task.space.config_from_values({**fb, "split_k": s, **unsliced}) for s in (2, 4, 8)]
     picks = [c for c in picks if task.space.is_valid(c)]
     return picks + random_valid(task, n, 5, keep=lambda c: c["split_k"].val > 1)

@@ -500,23 +500,29 @@ def _mma(v, f, *, kind: str) -> float:
     4 schedulers keep them busy; a block of 1 warp uses one scheduler. Shared rows a multiple
     of 128 bytes apart put ldmatrix's 8 rows in the same banks (``offset`` pads them).
     ``split_k`` slices K over more blocks at the price of the partial sums (written and read
-    again in f32) and a second kernel."""
+    again in f32) and a second kernel. ``slice_k`` gives the block that many groups of warps,
+    each computing its own steps of every (``slice_k`` times deeper) shared K tile: the
+    dependent mma chain of a warp is that many times shorter, at the price of more warps on
+    the schedulers and the partial tiles added through shared memory before the write-back."""
     M, N, K, B, nb = f["M"], f["N"], f["K"], f.get("B", 1), f["dtype_bytes"]
     brw, bcw, wrt, wct = (v["block_row_warps"], v["block_col_warps"], v["warp_row_tiles"],
                           v["warp_col_tiles"])
     frag_k = 32 if nb == 1 and kind == "mma" else 16
+    slices = v.get("slice_k", 1)
+    # bk: a warp's K per tile; bt: the block's shared K tile (slices x bk).
     bm, bn, bk = brw * wrt * 16, bcw * wct * 16, v["chunk"] * frag_k
-    warps = brw * bcw
+    bt = bk * slices
+    warps = brw * bcw * slices
     split = v.get("split_k", 1)
     stages = v.get("stages", 1) if kind == "mma" else 1
     offset = v.get("offset", 0)
     ob = _out_bytes(f)
     mp, np_ = -(-M // bm) * bm, -(-N // bn) * bn
-    k_slice = -(-K // (bk * split)) * bk
+    k_slice = -(-K // (bt * split)) * bt
     blocks = B * (mp // bm) * (np_ // bn) * split
     frags = wrt * wct
     regs = 8 * frags + 8 * (wrt + wct) + 32
-    a_stride = bk + ((32 + offset - bk % 32) % 32 if offset else 0)
+    a_stride = bt + ((32 + offset - bt % 32) % 32 if offset else 0)
     ab_smem = f.get("ab_smem_bytes") or (bm + bn) * a_stride * nb * max(stages, 1)
     c_smem = f.get("c_smem_bytes") or 0
     per_sm = _occupancy(warps * 32, regs, ab_smem + c_smem, f)
@@ -528,10 +534,10 @@ def _mma(v, f, *, kind: str) -> float:
     # ldmatrix reads 8 rows of 16 bytes at once: rows 128 * n bytes apart share their banks.
     row = a_stride * nb
     conflict = 8 // min(8, 128 // math.gcd(int(row), 128))
-    feed = ((bk // frag_k) * warps * (wrt + wct) * 512 * conflict + (bm + bn) * bk * nb)
+    feed = ((bk // frag_k) * warps * (wrt + wct) * 512 * conflict + (bm + bn) * bt * nb)
     vec_bytes = v.get("vec", 16 // nb) * nb
     if vec_bytes < 16:  # narrower copies: more instructions and shared-memory wavefronts
-        feed += (bm + bn) * bk * nb * (16 / vec_bytes - 1) / 2
+        feed += (bm + bn) * bt * nb * (16 / vec_bytes - 1) / 2
 
     # One mma.sync (m16n8k16, int8 m16n8k32) takes a scheduler mma_cycles at the tensor
     # rate; a warp's 2 per fragment and frag_k are independent, the next frag_k's wait for
@@ -544,7 +550,7 @@ def _mma(v, f, *, kind: str) -> float:
         return bk // frag_k * max(_MMA_LATENCY, per_scheduler * 2 * frags * mma_cycles)
 
     # The tile's bytes come from L2 into the SM at its port's rate.
-    fill = (bm + bn) * bk * nb / _L2_BYTES_PER_CLOCK
+    fill = (bm + bn) * bt * nb / _L2_BYTES_PER_CLOCK
     smem = feed / _SMEM_BYTES_PER_CLOCK
     work = max(tile_cycles(warps * per_sm) / per_sm, smem, fill) * spill
     alone = max(tile_cycles(warps), smem, fill) * spill
@@ -554,12 +560,16 @@ def _mma(v, f, *, kind: str) -> float:
     c_bytes = bm * bn * (4 if split > 1 else ob)
     eff = 1.0 if staged or split > 1 or ob >= 4 else 0.25
     epilogue = c_bytes / (_STORE_BYTES_PER_CLOCK * eff) + (2 * _STEP_CYCLES if staged else 0.0)
+    if slices > 1:  # the partial tiles written to shared memory and read back, a barrier
+        eff = 1.0
+        epilogue = c_bytes / _STORE_BYTES_PER_CLOCK + 2 * slices * bm * bn * 4 \
+            / _SMEM_BYTES_PER_CLOCK + 2 * _STEP_CYCLES
     at_once = min(blocks, per_sm * f["num_sms"])
     dram = _operand_bytes(f, bm=bm, bn=bn, blocks_at_once=max(1, at_once // split),
                           raster=v.get("raster", 1), nbytes=nb) + B * M * N * ob / eff
     if split > 1:
         dram += 2 * split * B * M * N * 4
-    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=k_slice // bk, work=work,
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=k_slice // bt, work=work,
                       alone=alone, dist=stages - 1, epilogue=epilogue, dram_bytes=dram,
                       kernels=2 if split > 1 else 1)
 

@@ -12,7 +12,7 @@ from tvm_ext.workload import Workload
 
 CASES = [  # template, workload, knob values (split_k 2: two kernels)
     ("dense_mma.cuda", Workload.create("dense", (64, 128, 4096), "float16", "float16"),
-     {"split_k": 2}),
+     {"split_k": 2, "slice_k": 1}),
     ("dense_wgmma.cuda", Workload.create("dense", (128, 256, 256), "float16", "float16"), {}),
     ("batch_matmul_tensorcore.cuda",
      Workload.create("batch_matmul", (2, 64, 64, 64), "int8", "int32"), {}),

@@ -6,8 +6,9 @@ import shutil
 
 import pytest
 
-from cuda_helpers import (SPLIT_K_CASES, SPLIT_K_SHAPE, TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED,
-                          cuda_source, nvcc_cubin, sample_configs, split_configs, tc_op)
+from cuda_helpers import (SLICE_K_CASES, SPLIT_K_CASES, SPLIT_K_SHAPE, TC_ALIGNED, TC_TEMPLATES,
+                          TC_UNALIGNED, cuda_source, nvcc_cubin, ptxas_verbose, sample_configs,
+                          slice_configs, split_configs, tc_op)
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.strategy import templates_for
@@ -113,6 +114,45 @@ def test_split_k_builds_two_kernels_and_only_on_small_grids():
     assert any("split-K" in v for v in big.space.violations(split))
 
 
+def stack(ptxas_report):
+    """The bytes of stack frame in ptxas's report of one kernel."""
+    return int(re.search(r"(\d+) bytes stack frame", ptxas_report).group(1))
+
+
+def test_slice_k_adds_the_warp_groups_in_shared_memory_in_one_kernel():
+    """slice_k > 1: slice_k groups of warps each compute their own steps of every shared K
+    tile; their partial tiles meet in a static shared tile of slice_k x tile_m x tile_n
+    4-byte sums, which all threads add and cast on the way out, in the one kernel. nvcc
+    compiles it with no more on the stack than the same tiles unsliced (the sum's registers
+    are indexed by the vector lane alone; an int8 B stored [K, N] has a stack frame either
+    way). The space refuses a slice on a padded shape, with a fused epilogue, with split-K
+    and on a grid that fills the GPU."""
+    target = cuda_target("sm_90")
+    for shape, dtype, out, layout in SLICE_K_CASES:
+        task = Task(Workload.create("dense", shape, dtype, out, layout=layout), target,
+                    template="dense_mma.cuda")
+        cfg = slice_configs(task, 1)[0]
+        v = cfg.values_dict()
+        src = cuda_source(task, cfg)
+        warps = v["block_row_warps"] * v["block_col_warps"] * v["slice_k"]
+        tile = v["block_row_warps"] * v["warp_row_tiles"] * v["block_col_warps"] * \
+            v["warp_col_tiles"] * 256
+        assert f"__launch_bounds__({warps * 32})" in src and "main_kernel_1" not in src, cfg
+        assert re.search(rf"__shared__ alignas\(\d+\) (float|int) \w+\[{tile * v['slice_k']}\];",
+                         src), cfg
+        unsliced = cuda_source(task, task.config_with({**v, "slice_k": 1}))
+        assert stack(ptxas_verbose(src, "sm_90a")) == stack(ptxas_verbose(unsliced, "sm_90a"))
+    fb = {"slice_k": 2}
+    for shape, epilogue, values, rule in (
+            ((500, 16, 512), "", fb, "sliced-K"), ((512, 16, 512), "bias", fb, "sliced-K"),
+            ((8192, 8192, 8192), "", fb, "sliced-K"),
+            ((512, 16, 512), "", {"slice_k": 2, "split_k": 2}, "sliced-K")):
+        task = Task(Workload.create("dense", shape, "float16", "float16", epilogue=epilogue),
+                    target, template="dense_mma.cuda")
+        cfg = task.space.config_from_values({**task.fallback_config().values_dict(), **values})
+        assert any(rule in v for v in task.space.violations(cfg)), (shape, epilogue, values)
+
+
 def test_record_without_newer_knobs_replays_their_defaults(tmp_path):
     """A dense_mma record written before ``raster`` and ``stage_c`` existed applies with their
     space-file defaults (the old behaviour), not with the fallback's choice for them."""
@@ -186,7 +226,7 @@ def test_split_k_record_in_a_relax_model_builds_fused_and_unfused(tmp_path):
     target = cuda_target("sm_90")
     wl = Workload.create("dense", (64, 128, 1024), "float16", "float16", layout="NN")
     task = Task(wl, target, template="dense_mma.cuda")
-    cfg = task.config_with({"split_k": 2})
+    cfg = task.config_with({"split_k": 2, "slice_k": 1})
     assert task.space.is_valid(cfg), task.space.violations(cfg)
     log = tmp_path / "split.json"
     log.write_text(record.encode(str(target), task.name, wl, cfg, MeasureResult([1e-6])) + "\n")

@@ -3,8 +3,9 @@ alignment case and split-K, measured in parallel through the isolated pool measu
 
 import pytest
 
-from cuda_helpers import (SPLIT_K_CASES, SPLIT_K_SHAPE, TC_ALIGNED, TC_TEMPLATES, TC_UNALIGNED,
-                          pool_failures, sample_configs, split_configs, tc_op)
+from cuda_helpers import (SLICE_K_CASES, SPLIT_K_CASES, SPLIT_K_SHAPE, TC_ALIGNED, TC_TEMPLATES,
+                          TC_UNALIGNED, pool_failures, sample_configs, slice_configs,
+                          split_configs, tc_op)
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
@@ -62,6 +63,20 @@ def test_split_k_numerics_on_gpu():
                   template="dense_mma.cuda") for dtype, out, layout in SPLIT_K_CASES]
     n, failures = pool_failures([(task, split_configs(task, 3)) for task in tasks])
     assert n >= 12
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_slice_k_numerics_on_gpu():
+    """Sliced-K configs (the fallback's tiles with slice 2 and 4, and random ones) for f16 ->
+    f16 NT, int8 -> int32 NN, f16 -> f32 TN and bf16 -> bf16 TT, checked against numpy in
+    the pool measurer."""
+    import tvm
+    target = cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", ""))
+    tasks = [Task(Workload.create("dense", shape, dtype, out, layout=layout), target,
+                  template="dense_mma.cuda") for shape, dtype, out, layout in SLICE_K_CASES]
+    n, failures = pool_failures([(task, slice_configs(task, 3)) for task in tasks])
+    assert n >= 16
     assert not failures, "\n".join(failures)
 
 

@@ -15,8 +15,10 @@ CROP_BLOCK = MATMUL_BLOCK + "_pad"
 CAST_BLOCK = "C_cast"
 #: The sum of split-K's partial products (a second small kernel).
 SPLIT_SUM_BLOCK = "C_sum"
+#: The sum of sliced-K's partial tiles (in shared memory, in the same kernel).
+SLICE_SUM_BLOCK = "C_slices"
 #: Blocks our computes add after the matmul; any other consumer is a fused epilogue.
-OWN_CONSUMERS = (CROP_BLOCK, CAST_BLOCK, SPLIT_SUM_BLOCK)
+OWN_CONSUMERS = (CROP_BLOCK, CAST_BLOCK, SPLIT_SUM_BLOCK, SLICE_SUM_BLOCK)
 
 
 def matmul_compute(wl, A=None, B=None, acc=None):

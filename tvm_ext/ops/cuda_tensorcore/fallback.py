@@ -51,12 +51,31 @@ def fallback_tc(space, wl, facts, *, mma):
         if key[0] and key[1]:
             break
     cfg = best
+    if mma and "slice_k" in space.knobs:
+        cfg = _sliced_small_grid(space, wl, facts, cfg)
     if mma:
         # A staged C tile (a padded shape, a subgraph task's epilogue) sits in static shared
         # memory beside the pipeline: fewer stages where the two would not launch together.
         while cfg["stages"] > 1 and space.violations(space.config_from_values(cfg)):
             cfg["stages"] -= 1
     return cfg
+
+
+def _sliced_small_grid(space, wl, facts, cfg):
+    """A grid of fewer 16 x 16 tiles than SMs (512 x {16,32,64} x 512) is bound by each
+    block's chain of K steps, not by the tensor cores: one-warp 16 x 16 tiles with the K
+    tile sliced over 4 warps (``slice_k``), 2 K steps per warp and tile, 8-byte copies, a
+    3-deep pipeline, the launch grouped by 16 M tiles where it can be (the configs the H100
+    tuned for those shapes, docs/BENCHMARKS.md). Where the space refuses it, ``cfg``."""
+    nb = facts["dtype_bytes"]
+    tiles_m, tiles_n = -(-wl.M // FRAG), -(-wl.N // FRAG)
+    if wl.batch * tiles_m * tiles_n >= facts["num_sms"]:
+        return cfg
+    raster = next((r for r in (16, 8, 4, 2) if tiles_m % r == 0 and tiles_n > 1), 1)
+    sliced = {**cfg, "block_row_warps": 1, "block_col_warps": 1, "warp_row_tiles": 1,
+              "warp_col_tiles": 1, "chunk": 2, "stages": 3, "vec": 8 // nb,
+              "offset": 16 // nb, "raster": raster, "stage_c": 0, "slice_k": 4}
+    return sliced if space.is_valid(space.config_from_values(sliced)) else cfg
 
 
 def _launchable(space, cfg):
@@ -89,6 +108,8 @@ def _tc_config(space, wl, facts, tiling, mma):
             # small-grid shapes (512 x {16,32,64} x 512, 16 x 4096 x 4096, 1024^3). The split
             # that wins on 16 x 4096 x 4096 (4 slices) has smaller tiles, found by tuning.
             cfg["split_k"] = 1
+        if "slice_k" in space.knobs:
+            cfg["slice_k"] = 1
         if wl.out_dtype in ("float16", "bfloat16"):
             cfg["stage_c"] = _fallback_stage_c(space, cfg)
     else:

@@ -23,13 +23,21 @@ Split-K (``split_k`` of dense_mma): K is cut into slices, each computed by its o
 grid dimension) into a global buffer of partial sums, which a second kernel adds and casts. For
 aligned shapes with small grids only (the space's rule); a fused Relax function, whose compute
 is not ours, gets the record's tiles without the split.
+
+Sliced-K (``slice_k`` of dense_mma, CUTLASS's "sliced-K"): the block has ``slice_k`` groups of
+warps; each shared-memory K tile holds ``slice_k`` steps of chunk x 16 (int8: x 32), and group
+s computes step s of every tile into its own accumulators. The dependent chain of mma.sync on
+one accumulator (about 32 cycles each) is ``slice_k`` times shorter, which is what limits a
+small grid over a long K (512 x 16 x 512: 32 blocks, 64 dependent mma in a row). The groups'
+partial tiles meet in shared memory, where all threads add them, cast, and write the output:
+one kernel. Aligned shapes without a fused epilogue only (the space's rule).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...template import ScheduleTemplate
-from ..common import MATMUL_BLOCK, SPLIT_SUM_BLOCK, matmul_compute
+from ..common import CAST_BLOCK, MATMUL_BLOCK, SLICE_SUM_BLOCK, SPLIT_SUM_BLOCK, matmul_compute
 from . import intrin
 from .fallback import check_tc, fallback_tc
 from .tiling import (FRAG, WarpTiling, copy_vec, fragments, has_block, has_epilogue,
@@ -45,12 +53,14 @@ class MmaConfig:
     vec: int  # elements per global -> shared copy
     raster: int = 1  # M tiles per group of the block launch order
     stage_c: int = 0  # write the output through shared memory
-    split_k: int = 1  # K slices (dense_mma only)
+    split_k: int = 1  # K slices over blocks (dense_mma only)
+    slice_k: int = 1  # K slices over the warps of a block (dense_mma only)
 
     @staticmethod
     def from_knobs(cfg) -> "MmaConfig":
         return MmaConfig(WarpTiling.from_knobs(cfg), cfg["stages"].val, cfg["offset"].val,
-                         cfg["vec"].val, cfg["raster"].val, cfg["stage_c"].val, split_of(cfg))
+                         cfg["vec"].val, cfg["raster"].val, cfg["stage_c"].val, split_of(cfg),
+                         slice_of(cfg))
 
 
 def _ldmatrix_map(I, rows, cols):
@@ -70,16 +80,52 @@ def mma_acc_dtype(wl):
     return "float32" if wl.dtype in ("float16", "bfloat16") else wl.out_dtype
 
 
-def mma_compute(wl, split_k=1):
+def mma_compute(wl, split_k=1, slice_k=1, step_k=None):
     """The plain matmul, accumulated in ``mma_acc_dtype`` and cast to out_dtype if that
     differs (the cast block "C_cast" is inlined into the write-back). With ``split_k`` > 1
     (dense only) the K range is cut in ``split_k`` slices: block "C" computes the partial
     products P[s, M, N] of each slice (accumulator dtype, a global buffer; the slice is one more
-    grid dimension), and block "C_sum" adds the slices and casts, a second small kernel."""
+    grid dimension), and block "C_sum" adds the slices and casts, a second small kernel.
+    With ``slice_k`` > 1, ``sliced_compute`` (K steps of ``step_k``)."""
     acc = mma_acc_dtype(wl)
     if split_k > 1:
         return _split_k_compute(wl, split_k, acc)
+    if slice_k > 1:
+        return sliced_compute(wl, slice_k, step_k, acc)
     return matmul_compute(wl, acc=acc)
+
+
+def sliced_compute(wl, slices, step, acc):
+    """Sliced-K: block "C" computes P[.., s, M, N], the products of K steps s, s + slices,
+    s + 2 slices, .. (steps of ``step`` elements: step t covers K from t * step), block
+    "C_slices" adds the ``slices`` partial tiles (a reduction over s, in the accumulator
+    dtype), and "C_cast" casts where the output dtype differs. The schedule keeps P in shared
+    memory and binds s to the block's warps (``tile_grid``'s ``sliced``)."""
+    from tvm import te  # noqa: PLC0415
+    assert wl.K % (slices * step) == 0, (wl, slices, step)
+    batched = wl.op != "dense"
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    k = te.reduce_axis((0, wl.K // slices), name="k")
+
+    def partial(*idx):
+        lead_, (s, i, j) = idx[:-3], idx[-3:]
+        kk = (k // step * slices + s) * step + k % step
+        a = A[lead_ + ((kk, i) if wl.transpose_a else (i, kk))]
+        b = B[lead_ + ((j, kk) if wl.transpose_b else (kk, j))]
+        return te.sum(a.astype(acc) * b.astype(acc), axis=k)
+
+    batch = (wl.batch,) if batched else ()
+    P = te.compute(batch + (slices, wl.M, wl.N), partial, name=MATMUL_BLOCK)
+
+    r = te.reduce_axis((0, slices), name="s")
+    total = te.compute(batch + (wl.M, wl.N),
+                       lambda *idx: te.sum(P[idx[:-2] + (r,) + idx[-2:]], axis=r),
+                       name=SLICE_SUM_BLOCK)
+    if acc == wl.out_dtype:
+        return [A, B, total]
+    return [A, B, te.compute(total.shape, lambda *i: total(*i).astype(wl.out_dtype),
+                             name=CAST_BLOCK)]
 
 
 def _split_k_compute(wl, split, acc):
@@ -152,10 +198,14 @@ def schedule_mma(sch, wl, config: MmaConfig, *, scope="shared.dyn"):
     # split_k > 1 is a property of our compute (block "C_sum"); a fused Relax function has
     # its own compute, and there the config's tiles are applied without the split.
     split = config.split_k > 1 and has_block(sch, SPLIT_SUM_BLOCK)
+    sliced = config.slice_k > 1 and has_block(sch, SLICE_SUM_BLOCK)
     # Before blockize hides the consumers:
     epilogue = has_epilogue(sch, sch.get_sblock(MATMUL_BLOCK))
-    c, outer, j0, k0, k1, warp, pad = tile_grid(sch, wl, config.tiling, kf, config.raster)
-    nwarps = config.tiling.warps
+    if sliced and epilogue:
+        raise ValueError("slice_k > 1 takes no fused epilogue (the space's rule)")
+    c, outer, j0, k0, k1, warp, pad = tile_grid(sch, wl, config.tiling, kf, config.raster,
+                                                sliced=sliced)
+    nwarps = config.tiling.warps * (config.slice_k if sliced else 1)
     # The accumulator dtype is the matmul block's: f32 for f16 inputs in our compute, f16 in
     # the plain f16 -> f16 PrimFunc of a fused Relax function.
     acc = sch.get(c).writes[0].source.dtype
@@ -167,17 +217,24 @@ def schedule_mma(sch, wl, config: MmaConfig, *, scope="shared.dyn"):
     # A fused Relax epilogue is inlined into the write-back by the caller: only the staged
     # write-back is a plain loop nest it can be inlined into.
     # What the write-back stores: the output dtype (a cast from acc where they differ), or for
-    # split-K the partial sums, in acc.
-    store_dtype = acc if split else wl.out_dtype
-    staged = pad or config.stage_c or epilogue
-    c_scope = "shared" if staged else "global"
+    # split-K and sliced-K the partial sums, in acc.
+    # Sliced-K: the partial tiles P[s] of the block stay in static shared memory, where
+    # block "C_slices" (all threads, 16-byte reads where the tile has enough elements) adds
+    # and casts them on the way to global memory.
+    store_dtype = acc if split or sliced else wl.out_dtype
+    staged = (pad or config.stage_c or epilogue) and not sliced
+    c_scope = "shared" if staged or sliced else "global"
     if staged:
         cs = sch.cache_write(outer, 0, "shared")
+    if sliced:
+        sch.set_scope(outer, 0, "shared")
     c_warp = sch.cache_write(outer, 0, "warp")
     sch.reverse_compute_at(c_warp, warp)
     if staged:
         sch.reverse_compute_at(cs, j0)
         spread(sch, cs, 2, nwarps, 4)  # 16-byte reads of the f32 / int32 tile
+    elif sliced:
+        _schedule_slice_sum(sch, j0, nwarps, config.tiling)
     elif acc != store_dtype:  # the store to global casts
         inline_consumer(sch, c_warp)
     a_trans = wl.transpose_a and not int8
@@ -220,6 +277,31 @@ def schedule_mma(sch, wl, config: MmaConfig, *, scope="shared.dyn"):
         _schedule_split_sum(sch, nwarps * 32)
 
 
+def _schedule_slice_sum(sch, j0, nwarps, tiling):
+    """Sliced-K's sum in the block: every thread adds the partial tiles of up to 4 outputs in
+    registers (block "C_slices", reading the shared P) and writes them out, cast, as one
+    vector (block "C_cast", or a copy from registers where the sum needs no cast)."""
+    total = sch.get_sblock(SLICE_SUM_BLOCK)
+    if has_block(sch, CAST_BLOCK):
+        out = sch.get_sblock(CAST_BLOCK)
+        sch.set_scope(total, 0, "local")
+    else:
+        out = sch.cache_write(total, 0, "local")
+    sch.reverse_compute_at(total, j0)
+    sch.reverse_compute_at(out, j0)
+    per_thread = tiling.warps * tiling.wrt * tiling.wct * FRAG * FRAG // (nwarps * 32)
+    # Split the columns before fusing (not ``spread``): the registers of a thread's sum are
+    # then indexed by the vector lane alone, not by a fused index TVM cannot simplify (which
+    # puts them on the stack).
+    i, j = sch.get_loops(out)[-2:]
+    j, lanes = sch.split(j, [None, min(4, per_thread)])
+    _, ty, tx = sch.split(sch.fuse(i, j), [None, nwarps, 32])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(lanes)
+    sch.compute_at(total, tx)
+
+
 def _schedule_split_sum(sch, threads):
     """The split-K sum: one thread per 4 outputs (16-byte reads of each f32 / int32 slice)."""
     blk = sch.get_sblock(SPLIT_SUM_BLOCK)
@@ -235,12 +317,19 @@ def split_of(cfg):
     return cfg.value("split_k", 1) if cfg is not None else 1
 
 
+def slice_of(cfg):
+    """The config's slice_k (1 where the space has no such knob: batch_matmul_mma)."""
+    return cfg.value("slice_k", 1) if cfg is not None else 1
+
+
 def _schedule(sch, cfg, wl, facts):
     schedule_mma(sch, wl, MmaConfig.from_knobs(cfg))
 
 
 def _compute(wl, cfg):
-    return mma_compute(wl, split_of(cfg))
+    slices = slice_of(cfg)
+    step = cfg["chunk"].val * mma_k(wl) if slices > 1 else None
+    return mma_compute(wl, split_of(cfg), slices, step)
 
 
 # The pipeline's global -> shared copies become cp.async only with this pass option (without it

@@ -39,28 +39,33 @@ def lead(idx):
     return tuple(idx[:-2])
 
 
-def tile_grid(sch, wl, tiling: WarpTiling, kf, raster=1):
+def tile_grid(sch, wl, tiling: WarpTiling, kf, raster=1, sliced=False):
     """The tiling both templates share: pad to the block tile, make the 16x16xkf tensor-core
     tile one block, then grid (batch -> blockIdx.z, M -> y, N -> x) / warps (threadIdx.y) /
     fragments per warp, K in steps of chunk x kf.
 
     ``raster`` > 1 launches the blocks in groups of ``raster`` M tiles (one 1-D grid, M tile
     fastest within a group): blocks running at the same time then share the B tiles of a few
-    columns and the A tiles of ``raster`` rows in L2, instead of sweeping all of B per row."""
+    columns and the A tiles of ``raster`` rows in L2, instead of sweeping all of B per row.
+
+    ``sliced``: the block's loop just above (i, j, k) is sliced-K's slice (the compute of
+    ``mma.sliced_compute``); it joins the warps, outermost: warp w computes slice
+    w // (brw * bcw) of every K tile."""
     brw, bcw, wrt, wct, chunk = tiling.brw, tiling.bcw, tiling.wrt, tiling.wct, tiling.chunk
     c = sch.get_sblock(MATMUL_BLOCK)
     pad = pad_to_tiles(sch, c, (brw * wrt * FRAG, bcw * wct * FRAG, chunk * kf))
     loops = sch.get_loops(c)
     batch, (i, j, k) = list(loops[:-3]), loops[-3:]
+    slices = [batch.pop()] if sliced else []
     i, i_tc = sch.split(i, [None, FRAG])
     j, j_tc = sch.split(j, [None, FRAG])
     k, k_tc = sch.split(k, [None, kf])
-    sch.reorder(*batch, i, j, k, i_tc, j_tc, k_tc)
+    sch.reorder(*batch, *slices, i, j, k, i_tc, j_tc, k_tc)
     outer = sch.blockize(i_tc)
     i0, i1, i2 = sch.split(i, [None, brw, wrt])
     j0, j1, j2 = sch.split(j, [None, bcw, wct])
     k0, k1 = sch.split(k, [None, chunk])
-    sch.reorder(*batch, i0, j0, i1, j1, k0, k1, i2, j2)
+    sch.reorder(*batch, i0, j0, *slices, i1, j1, k0, k1, i2, j2)
     if batch:
         sch.bind(batch[0], "blockIdx.z")
     if raster > 1:
@@ -71,7 +76,7 @@ def tile_grid(sch, wl, tiling: WarpTiling, kf, raster=1):
     else:
         sch.bind(i0, "blockIdx.y")
         sch.bind(j0, "blockIdx.x")
-    warp = sch.fuse(i1, j1)
+    warp = sch.fuse(*slices, i1, j1)
     sch.bind(warp, "threadIdx.y")
     return c, outer, j0, k0, k1, warp, pad
 
