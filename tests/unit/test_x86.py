@@ -186,3 +186,28 @@ def test_record_that_breaks_the_targets_space_is_skipped(tmp_path):
     with tvm_ext.apply_history_best(str(old_log)):
         _, replay = choose(wl, AVX2)
     assert replay.tuned and replay.config["tile_inner"].size == [-1, 2]
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_a_register_tile_of_1024_bytes_accumulates_in_the_output(layout):
+    """A register tile of 16 AVX-512 vectors (4 x 64 f32, 1024 bytes) would be a TVM heap
+    workspace as a "local" copy, zeroed by a memset call and stored there before every
+    write-back; with nothing after the matmul it accumulates in C itself (LLVM keeps it in
+    registers): no memset in the kernel, the answer unchanged. A padded shape keeps its crop
+    in the write-back of a local copy. f64: 4 x 32 is the same 1024 bytes."""
+    rng = np.random.default_rng(1)
+    for shape, dtype, tile_x, padded in (((2, 16, 128, 24), "float32", 64, False),
+                                         ((2, 16, 64, 24), "float64", 32, False),
+                                         ((2, 18, 128, 24), "float32", 64, True)):
+        wl = Workload.create("batch_matmul", shape, dtype, layout=layout)
+        task = Task(wl, "llvm", template="batch_matmul.x86")
+        cfg = task.space.config_from_values(
+            {**task.fallback_config().values_dict(), "tile_y": [-1, 4],
+             "tile_x": [-1, tile_x], "tile_k": [-1, 8], "tile_inner": [-1, 4]})
+        lib = task.build(cfg)
+        asm = lib.mod.inspect_source("asm")
+        assert ("memset" in asm) == padded, (shape, dtype, layout)
+        a, b = random_inputs(wl, rng)
+        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+        np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
+                                   *tolerance(wl), err_msg=str(cfg))

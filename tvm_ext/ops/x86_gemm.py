@@ -7,7 +7,9 @@ Strategy (the one BLAS libraries use, written as a TensorIR schedule):
    would need a gather per element). The panel of one parallel task is packed inside that task
    (``compute_at``), so it stays in L2 and TIR allocates only that panel.
 2. **Register micro-kernel**: a ``yi x xi`` tile of C accumulates in registers over the whole
-   reduction (``cache_write`` to "local", which LLVM promotes to vector registers); ``xi`` is
+   reduction (``cache_write`` to "local", which LLVM promotes to vector registers; a tile of
+   1024 bytes or more accumulates in C itself, ``_in_place``, as TVM would put the "local"
+   copy in a heap workspace that LLVM cannot promote); ``xi`` is
    vectorised (a multiple of the vector width), the ``yi`` rows and ``ki`` steps of k are
    unrolled, so each k step is one broadcast of A per row and xi/lanes FMAs per row.
 3. **Parallel** over (batch, N tiles, M tiles): one fused loop, as TOPI's x86 templates do.
@@ -184,15 +186,18 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     sch.reorder(*batch_loops, jt, it, io, jo, ko, ii_o, kin, ii_i, ji)
     outer = sch.fuse(*batch_loops, jt, it)
     sch.parallel(outer)
-    # Accumulate the yi x xi tile in registers; write it back once, vectorised.
-    acc = sch.cache_write(c, 0, "local")
-    sch.reverse_compute_at(acc, jo)
-    inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
-    last = sch.get_loops(acc)[-1]
-    # A one-row, one-column tile has no loops of its own under jo: vectorizing "its last
-    # loop" would vectorize jo, around the serial reduction (wrong sums).
-    if not sch.get(last).same_as(sch.get(jo)):
-        sch.vectorize(last)
+    if _in_place(sch, c, yi * xi * _dtype_bytes(wl.out_dtype)):
+        pass  # the tile accumulates in C itself, which LLVM keeps in registers
+    else:
+        # Accumulate the yi x xi tile in registers; write it back once, vectorised.
+        acc = sch.cache_write(c, 0, "local")
+        sch.reverse_compute_at(acc, jo)
+        inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
+        last = sch.get_loops(acc)[-1]
+        # A one-row, one-column tile has no loops of its own under jo: vectorizing "its last
+        # loop" would vectorize jo, around the serial reduction (wrong sums).
+        if not sch.get(last).same_as(sch.get(jo)):
+            sch.vectorize(last)
     if pack is not None:
         inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
         # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel).
@@ -209,6 +214,26 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     sch.unroll(ii_i)
     sch.vectorize(ji)
     sch.decompose_reduction(c, ko)
+
+
+#: TVM's runtime::kMaxStackAlloca: a CPU allocation of this many bytes or more is a heap
+#: workspace (TVMBackendAllocWorkspace), not a stack array.
+MAX_STACK_ALLOCA = 1024
+
+
+def _dtype_bytes(dtype: str) -> int:
+    return {"float64": 8, "float32": 4, "float16": 2}.get(dtype, 4)
+
+
+def _in_place(sch, c, tile_bytes: int) -> bool:
+    """Whether the register tile accumulates in the output C itself rather than in a "local"
+    copy written back at the end: where nothing follows the matmul block (no crop of a padded
+    shape, no cast, no fused epilogue) and the tile is MAX_STACK_ALLOCA bytes or more. TVM puts
+    such a "local" tile (16 AVX-512 vectors: 4 x 64 floats) in a heap workspace, which LLVM
+    cannot keep in registers alone: every tile was zeroed there by a memset call and stored
+    there before its write-back. C, a noalias argument, LLVM keeps in registers across the
+    reduction (the tile's FMAs, then one vector store per accumulator)."""
+    return tile_bytes >= MAX_STACK_ALLOCA and not sch.get_consumers(c)
 
 
 def fallback_tiles(wl, facts):

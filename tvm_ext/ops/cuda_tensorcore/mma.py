@@ -27,10 +27,11 @@ is not ours, gets the record's tiles without the split.
 Sliced-K (``slice_k`` of dense_mma, CUTLASS's "sliced-K"): the block has ``slice_k`` groups of
 warps; each shared-memory K tile holds ``slice_k`` steps of chunk x 16 (int8: x 32), and group
 s computes step s of every tile into its own accumulators. The dependent chain of mma.sync on
-one accumulator (about 32 cycles each) is ``slice_k`` times shorter, which is what limits a
-small grid over a long K (512 x 16 x 512: 32 blocks, 64 dependent mma in a row). The groups'
-partial tiles meet in shared memory, where all threads add them, cast, and write the output:
-one kernel. Aligned shapes without a fused epilogue only (the space's rule).
+one accumulator (about 32 cycles each) is ``slice_k`` times shorter, which is what bounds a
+small grid over a long K (512 x 16 x 512 on one-warp 16 x 16 tiles: 32 blocks, each a chain of
+32 dependent pairs of mma.sync). The groups' partial tiles meet in shared memory, where all
+threads add them, cast, and write the output: one kernel. Aligned shapes without a fused
+epilogue only (the space's rule).
 """
 from __future__ import annotations
 
@@ -218,9 +219,8 @@ def schedule_mma(sch, wl, config: MmaConfig, *, scope="shared.dyn"):
     # write-back is a plain loop nest it can be inlined into.
     # What the write-back stores: the output dtype (a cast from acc where they differ), or for
     # split-K and sliced-K the partial sums, in acc.
-    # Sliced-K: the partial tiles P[s] of the block stay in static shared memory, where
-    # block "C_slices" (all threads, 16-byte reads where the tile has enough elements) adds
-    # and casts them on the way to global memory.
+    # Sliced-K: the partial tiles P[s] of the block stay in static shared memory; block
+    # "C_slices" (all threads) adds them in registers, and they go out cast, as vectors.
     store_dtype = acc if split or sliced else wl.out_dtype
     staged = (pad or config.stage_c or epilogue) and not sliced
     c_scope = "shared" if staged or sliced else "global"
