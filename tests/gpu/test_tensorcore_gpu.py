@@ -1,5 +1,5 @@
 """TensorCore templates (wmma and mma.sync) on a GPU: numerics for every dtype x layout x
-alignment case and split-K, measured in parallel through the isolated pool measurer."""
+alignment case, split-K and sliced-K, measured in parallel through the isolated pool measurer."""
 
 import pytest
 
