@@ -265,20 +265,25 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         else:
             T.ptx.mbarrier.arrive.shared.b64(bar, T.uint32(1))
 
+    @T.macro
+    def encode(tmap, dtype, data, dims):
+        """The host's encoding of one tensor map: ``dims`` is ``map_args``'s (sizes, byte
+        strides, box); unit element strides, no interleave, 128-byte swizzle, 128-byte L2
+        promotion, no out-of-bounds fill."""
+        T.call_packed("runtime.cuTensorMapEncodeTiled", tmap, dtype, rank, data,
+                      *dims[0], *dims[1], *dims[2], *([1] * rank), 0, 3, 2, 0)
+
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
                C: T.Buffer(c_shape, fin)):
         T.func_attr(attrs)
         A_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", A_map, lanes16, rank, A.data,
-                      *a_map[0], *a_map[1], *a_map[2], *([1] * rank), 0, 3, 2, 0)
+        encode(A_map, lanes16, A.data, a_map)
         B_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", B_map, lanes16, rank, B.data,
-                      *b_map[0], *b_map[1], *b_map[2], *([1] * rank), 0, 3, 2, 0)
+        encode(B_map, lanes16, B.data, b_map)
         C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         if st:
-            T.call_packed("runtime.cuTensorMapEncodeTiled", C_map, fin, rank, C.data,
-                          *c_map[0], *c_map[1], *c_map[2], *([1] * rank), 0, 3, 2, 0)
+            encode(C_map, fin, C.data, c_map)
         if CL > 1:
             crank = T.launch_thread("clusterCtaIdx.x", CL)
         else:
