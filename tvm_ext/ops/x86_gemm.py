@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import List, Sequence
 
 from ..template import ScheduleTemplate
+from ..workload import DTYPE_BYTES
 from .common import (MATMUL_BLOCK, has_block, inline_consumer, inline_producer,
                      largest_factor, pad_to_tiles)
 
@@ -186,10 +187,9 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     sch.reorder(*batch_loops, jt, it, io, jo, ko, ii_o, kin, ii_i, ji)
     outer = sch.fuse(*batch_loops, jt, it)
     sch.parallel(outer)
-    if _in_place(sch, c, yi * xi * _dtype_bytes(wl.out_dtype)):
-        pass  # the tile accumulates in C itself, which LLVM keeps in registers
-    else:
-        # Accumulate the yi x xi tile in registers; write it back once, vectorised.
+    # Accumulate the yi x xi tile in registers; write it back once, vectorised (or, for a
+    # large tile with nothing after the matmul, in C itself: ``_in_place``).
+    if not _in_place(sch, c, yi * xi * DTYPE_BYTES[wl.out_dtype]):
         acc = sch.cache_write(c, 0, "local")
         sch.reverse_compute_at(acc, jo)
         inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
@@ -219,10 +219,6 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
 #: TVM's runtime::kMaxStackAlloca: a CPU allocation of this many bytes or more is a heap
 #: workspace (TVMBackendAllocWorkspace), not a stack array.
 MAX_STACK_ALLOCA = 1024
-
-
-def _dtype_bytes(dtype: str) -> int:
-    return {"float64": 8, "float32": 4, "float16": 2}.get(dtype, 4)
 
 
 def _in_place(sch, c, tile_bytes: int) -> bool:
