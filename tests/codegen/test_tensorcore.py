@@ -153,6 +153,27 @@ def test_slice_k_adds_the_warp_groups_in_shared_memory_in_one_kernel():
         assert any(rule in v for v in task.space.violations(cfg)), (shape, epilogue, values)
 
 
+def test_fallback_slices_k_on_grids_smaller_than_the_sms():
+    """The mma fallback takes one-warp 16 x 16 tiles with K sliced 4 ways where 16 x 16 tiles
+    give fewer blocks than SMs (the suite's 512 x {64,32,16} x 512 rows, f16 and int8, the
+    launch grouped where there is more than one N tile), and keeps its unsliced tiles on a grid
+    that fills the GPU, on a padded shape and with a fused epilogue (the space refuses the
+    slice there)."""
+    target = cuda_target("sm_90")
+    for n, dtype, out, raster in ((64, "float16", "float16", 16), (16, "float16", "float16", 1),
+                                  (32, "int8", "int32", 16)):
+        task = Task(Workload.create("dense", (512, n, 512), dtype, out), target,
+                    template="dense_mma.cuda")
+        v = task.fallback_config().values_dict()
+        assert (v["slice_k"], v["block_row_warps"] * v["block_col_warps"], v["warp_row_tiles"],
+                v["warp_col_tiles"], v["chunk"], v["raster"]) == (4, 1, 1, 1, 2, raster), v
+    for shape, epilogue in (((1024, 1024, 1024), ""), ((500, 16, 512), ""),
+                            ((512, 16, 512), "bias")):
+        task = Task(Workload.create("dense", shape, "float16", "float16", epilogue=epilogue),
+                    target, template="dense_mma.cuda")
+        assert task.fallback_config()["slice_k"].val == 1, (shape, epilogue)
+
+
 def test_record_without_newer_knobs_replays_their_defaults(tmp_path):
     """A dense_mma record written before ``raster`` and ``stage_c`` existed applies with their
     space-file defaults (the old behaviour), not with the fallback's choice for them."""
