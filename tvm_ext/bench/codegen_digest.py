@@ -30,6 +30,12 @@ CASES = [
     ("batch_matmul_mma.cuda", "batch_matmul", (8, 256, 256, 128), "float16", "TN", "cuda"),
     ("dense_wgmma.cuda", "dense", (1024, 1024, 1024), "float16", "NT", "cuda"),
     ("batch_matmul_wgmma.cuda", "batch_matmul", (16, 256, 512, 128), "float16", "NN", "cuda"),
+    ("dense_wgmma_ws.cuda", "dense", (1024, 1024, 1024), "float16", "NT", "cuda"),
+    ("batch_matmul_wgmma_ws.cuda", "batch_matmul", (16, 256, 512, 128), "float16", "NN", "cuda"),
+    ("dense_wgmma_ws.cuda", "dense", (1024, 1024, 1024), "float8_e4m3fn", "NT", "cuda"),
+    ("dense_sgemm.cuda", "dense", (1024, 1024, 1024), "float32", "NN", "cuda"),
+    ("batch_matmul_sgemm.cuda", "batch_matmul", (24, 2048, 512, 64), "float32", "NT", "cuda"),
+    ("dense_gemv.x86", "dense", (1, 4096, 4096), "float32", "NT", "llvm"),
     # Shapes that are not multiples of the tiles (padding inside the kernel), and int8.
     ("batch_matmul.x86", "batch_matmul", (3, 50, 70, 56), "float32", "NN", "llvm"),
     ("dense_pack.x86", "dense", (100, 72, 200), "float32", "TN", "llvm"),
