@@ -89,6 +89,25 @@ def test_the_sgemm_model_follows_the_h100_sweeps():
         assert estimate(task.space, fast) < estimate(task.space, slow), (shape, slower)
 
 
+def test_the_mma_model_ranks_sliced_k_as_the_h100_sweeps_did():
+    """dense_mma on 512 x {64,32,16} x 512 f16: one-warp tiles with K sliced 4 ways in steps of
+    2 rank ahead of the unsliced configs (chunk 8 and 4, 4 stages) that the H100 sweep of
+    2026-11-26 measured slower on every row (docs/BENCHMARKS.md)."""
+    target = cuda_target("sm_90", "h100")
+    base = {"block_row_warps": 1, "block_col_warps": 1, "warp_row_tiles": 1,
+            "warp_col_tiles": 1, "raster": 1, "stage_c": 0, "split_k": 1, "offset": 8, "vec": 8,
+            "stages": 4}
+    for n in (64, 32, 16):
+        task = Task(Workload.create("dense", (512, n, 512), "float16", "float16"), target,
+                    template="dense_mma.cuda")
+
+        def cost(slices, chunk):
+            cfg = task.space.config_from_values({**base, "slice_k": slices, "chunk": chunk})
+            assert task.space.is_valid(cfg), cfg
+            return estimate(task.space, cfg)
+        assert cost(4, 2) < min(cost(1, 8), cost(1, 4)), n
+
+
 def test_xgb_starts_from_the_proposal():
     task = Task(Workload.create("dense", (128, 3072, 768)), CPU)
     tuner = make_tuner("xgb", task.space, seed=0)
