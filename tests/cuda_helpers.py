@@ -45,6 +45,21 @@ def ptxas_verbose(src, arch):
     return out.stderr
 
 
+def valid_cases(target, template, workloads, configs_of, at_least):
+    """[(task, its configs that the space takes)] of ``template`` (named without the op:
+    ``sgemm.cuda`` is dense_sgemm.cuda for a dense workload) for each workload;
+    ``configs_of(task)`` gives the configs to try, at least ``at_least`` of which must be
+    valid."""
+    from tvm_ext.task import Task
+    cases = []
+    for wl in workloads:
+        task = Task(wl, target, template=f"{wl.op}_{template}")
+        configs = [c for c in configs_of(task) if task.space.is_valid(c)]
+        assert len(configs) >= at_least, task.workload
+        cases.append((task, configs))
+    return cases
+
+
 def pool_failures(cases, builders_each=3):
     """Build and run each (task, configs) case in pool measurers, which check every output
     against numpy; returns (configs measured, one line per failed config).

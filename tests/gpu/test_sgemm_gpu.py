@@ -5,9 +5,8 @@ epilogue."""
 
 import pytest
 
-from cuda_helpers import pool_failures
+from cuda_helpers import pool_failures, valid_cases
 from tvm_ext.target import cuda_target
-from tvm_ext.task import Task
 from tvm_ext.workload import Workload
 
 
@@ -19,20 +18,17 @@ def test_sgemm_numerics_on_gpu():
                                            (128, 64, 8, 2, 1, 8), (64, 128, 16, 1, 2, 8),
                                            (64, 64, 16, 2, 1, 8), (128, 256, 8, 2, 1, 16),
                                            (256, 128, 8, 1, 1, 16), (64, 128, 16, 1, 1, 16))]
-    cases = []
-    for op, shape, layout, epilogue in (
-            ("dense", (512, 768, 256), "NN", ""),
-            ("dense", (1024, 512, 128), "TT", ""),
-            ("dense", (512, 512, 384), "NT", ""),
-            ("batch_matmul", (3, 512, 384, 128), "TN", ""),
-            ("batch_matmul", (2, 512, 256, 64), "TT", ""),
-            ("dense", (512, 256, 128), "NT", "bias+relu")):
-        task = Task(Workload.create(op, shape, "float32", "float32", layout=layout,
-                                    epilogue=epilogue), target, template=f"{op}_sgemm.cuda")
-        configs = [task.fallback_config()] + [task.config_with(k) for k in tiles]
-        configs = [c for c in configs if task.space.is_valid(c)]
-        assert len(configs) >= 6, task.workload
-        cases.append((task, configs))
+    workloads = [Workload.create(op, shape, "float32", "float32", layout=layout,
+                                 epilogue=epilogue)
+                 for op, shape, layout, epilogue in (
+                     ("dense", (512, 768, 256), "NN", ""),
+                     ("dense", (1024, 512, 128), "TT", ""),
+                     ("dense", (512, 512, 384), "NT", ""),
+                     ("batch_matmul", (3, 512, 384, 128), "TN", ""),
+                     ("batch_matmul", (2, 512, 256, 64), "TT", ""),
+                     ("dense", (512, 256, 128), "NT", "bias+relu"))]
+    cases = valid_cases(target, "sgemm.cuda", workloads, lambda task: [
+        task.fallback_config()] + [task.config_with(k) for k in tiles], 6)
     n, failures = pool_failures(cases)
     assert n == 53
     assert not failures, "\n".join(failures)

@@ -6,24 +6,10 @@ epilogue)."""
 
 import pytest
 
-from cuda_helpers import pool_failures
+from cuda_helpers import pool_failures, valid_cases
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.workload import FP8, Workload
-
-
-def _valid_cases(target, specs, configs_of, at_least):
-    """[(task, its configs that the space takes)] of the warp-specialised template of each
-    (op, shape, layout, dtype, out, epilogue) of ``specs``; ``configs_of(task, dtype)`` gives
-    the configs to try, at least ``at_least`` of which must be valid."""
-    cases = []
-    for op, shape, layout, dtype, out, epilogue in specs:
-        task = Task(Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue),
-                    target, template=f"{op}_wgmma_ws.cuda")
-        configs = [c for c in configs_of(task, dtype) if task.space.is_valid(c)]
-        assert len(configs) >= at_least, task.workload
-        cases.append((task, configs))
-    return cases
 
 
 @pytest.mark.gpu
@@ -72,13 +58,15 @@ def test_wgmma_ws_fp8_numerics_on_gpu():
                   raster=2, staged_store=0),
              dict(consumers=1, pingpong=0, block_n=128, block_k=128, stages=6, wgmma_wait=1,
                   raster=1, staged_store=1)]
-    cases = _valid_cases(target, (
-        ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", ""),
-        ("dense", (1024, 768, 512), "NT", "float8_e5m2", "float32", ""),
-        ("batch_matmul", (3, 512, 1024, 384), "NT", "float8_e4m3fn", "bfloat16", ""),
-        ("dense", (1024, 1024, 256), "NT", "float8_e4m3fn", "float32",
-         "scale:0.25+cast:float16")),
-        lambda task, _: [task.fallback_config()] + [task.config_with(k) for k in knobs], 3)
+    workloads = [Workload.create(op, shape, dtype, out, layout="NT", epilogue=epilogue)
+                 for op, shape, dtype, out, epilogue in (
+                     ("dense", (1024, 1024, 1024), "float8_e4m3fn", "float16", ""),
+                     ("dense", (1024, 768, 512), "float8_e5m2", "float32", ""),
+                     ("batch_matmul", (3, 512, 1024, 384), "float8_e4m3fn", "bfloat16", ""),
+                     ("dense", (1024, 1024, 256), "float8_e4m3fn", "float32",
+                      "scale:0.25+cast:float16"))]
+    cases = valid_cases(target, "wgmma_ws.cuda", workloads, lambda task: [
+        task.fallback_config()] + [task.config_with(k) for k in knobs], 3)
     n, failures = pool_failures(cases)
     assert n >= 12
     assert not failures, "\n".join(failures)
@@ -100,17 +88,20 @@ def test_wgmma_ws_cluster_numerics_on_gpu():
              dict(consumers=2, pingpong=1, block_n=128, stages=3, wgmma_wait=1, raster=2),
              dict(consumers=1, pingpong=0, block_n=256, stages=4, wgmma_wait=1, raster=1),
              dict(consumers=2, pingpong=0, block_n=256, stages=3, wgmma_wait=1, raster=2)]
-    def clustered(task, dtype):
-        bk = 128 if dtype in FP8 else 64  # a stage: one 128-byte row of the swizzle
+    def clustered(task):
+        bk = 128 if task.workload.dtype in FP8 else 64  # a stage: one 128-byte swizzle row
         return [task.config_with({**k, "block_k": bk, "staged_store": st, "cluster": 2})
                 for k in knobs for st in (0, 1)]
-    cases = _valid_cases(target, (
-        ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
-        ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
-        ("dense", (1024, 1280, 512), "TN", "float16", "float32", ""),
-        ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
-        ("dense", (1024, 768, 256), "NT", "float16", "float32", "bias+gelu+cast:float16"),
-        ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", "")), clustered, 5)
+    workloads = [Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue)
+                 for op, shape, layout, dtype, out, epilogue in (
+                     ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
+                     ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
+                     ("dense", (1024, 1280, 512), "TN", "float16", "float32", ""),
+                     ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
+                     ("dense", (1024, 768, 256), "NT", "float16", "float32",
+                      "bias+gelu+cast:float16"),
+                     ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", ""))]
+    cases = valid_cases(target, "wgmma_ws.cuda", workloads, clustered, 5)
     n, failures = pool_failures(cases)
     assert n >= 30
     assert not failures, "\n".join(failures)
