@@ -143,13 +143,19 @@ def test_gpu_sweep_rejects_unknown_knobs_and_values_before_measuring(capsys):
 
 
 def test_one_kernel_for_a_profiler_checks_its_arguments_first(capsys):
-    """``python -m tvm_ext.bench.one``: an unknown suite key, no kernel named and a knob with
-    several values are one-line errors (exit 2) before anything is built (no GPU needed)."""
+    """``python -m tvm_ext.bench.one``: an unknown suite key, no kernel named (or two), knobs
+    set on a log's record and a knob with several values are one-line errors (exit 2) before
+    anything is built (no GPU needed)."""
     from tvm_ext.bench import one
     assert one.main(["--only", "nope", "--cublas"]) == 2
     assert "not in the GPU suite" in capsys.readouterr().err
     assert one.main(["--only", "mm8192"]) == 2
-    assert "give --template (or --cublas)" in capsys.readouterr().err
+    assert "give one of --template, --log and --cublas" in capsys.readouterr().err
+    assert one.main(["--only", "mm8192", "--cublas", "--log", "logs/cuda_sm90.json"]) == 2
+    assert "give one of --template, --log and --cublas" in capsys.readouterr().err
+    assert one.main(["--only", "mm8192", "--log", "logs/cuda_sm90.json", "--set",
+                     "block_k=8"]) == 2
+    assert "--set takes --template" in capsys.readouterr().err
     assert one.main(["--only", "mm8192", "--template", "sgemm.cuda", "--set",
                      "block_k=8,16"]) == 2
     assert "one value a knob" in capsys.readouterr().err

@@ -211,3 +211,30 @@ def test_a_register_tile_of_1024_bytes_accumulates_in_the_output(layout):
         kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
         np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
                                    *tolerance(wl), err_msg=str(cfg))
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_xc_walks_several_column_panels_in_one_task(layout):
+    """batch_matmul.x86's ``xc``: each parallel task computes ``xc`` column panels of its rows
+    (a row tile's panels one after the other: longer runs of C written per row), so the
+    parallel loop has ``xc`` times fewer tasks; the answer is unchanged, also where N and M are
+    padded up to the register tile."""
+    rng = np.random.default_rng(2)
+    for shape, xc in (((2, 32, 128, 24), 2), ((2, 32, 128, 24), 4), ((2, 18, 120, 16), 2)):
+        wl = Workload.create("batch_matmul", shape, layout=layout)
+        task = Task(wl, "llvm", template="batch_matmul.x86")
+        values = {**task.fallback_config().values_dict(), "tile_y": [-1, 4],
+                  "tile_x": [-1, 16], "tile_k": [-1, 4], "tile_inner": [-1, 4], "yt": 1}
+        extents = []
+        for x in (1, xc):
+            cfg = task.space.config_from_values({**values, "xc": x})
+            assert not task.space.violations(cfg), cfg
+            script = task.template.make_func(wl, cfg, task.facts, task.target).script()
+            extents.append(int(script.split("T.parallel(")[1].split(")")[0]))
+            lib = task.build(cfg)
+            a, b = random_inputs(wl, rng)
+            kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
+                                    lib)
+            np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
+                                       *tolerance(wl), err_msg=str(cfg))
+        assert extents[0] == xc * extents[1], (shape, xc, extents)

@@ -5,13 +5,15 @@ its machine code.
     ncu --launch-skip 3 --launch-count 1 --section SpeedOfLight --section WarpStateStats \\
         python -m tvm_ext.bench.one --only mm8192 --template sgemm.cuda --set block_k=16
     python -m tvm_ext.bench.one --only mm8192 --cublas      # cuBLAS's kernel (torch), the same way
+    python -m tvm_ext.bench.one --only mm8192 --log logs/cuda_sm90.json   # the shipped record
 
 The kernel is the template's fallback for the workload's op with ``--set``'s knobs (one value
 each; the template named as ``--sweep`` names it, without the op), checked once against numpy,
-then launched ``--calls`` times (3 by default: ``--launch-skip 3`` profiles the first launch
-after the check and two warm-ups). ``--sass`` also compiles its CUDA source with nvcc and
-prints the SASS instruction mix of the kernel (``cuobjdump -sass``; the counts are static, so
-the main loop's share is its instructions' share of the code, not of the time).
+or, with ``--log``, the config that a build applies from that log (its record for this GPU, else
+the fallback), then launched ``--calls`` times (3 by default: ``--launch-skip 3`` profiles the
+first launch after the check and two warm-ups). ``--sass`` also compiles its CUDA source with
+nvcc and prints the SASS instruction mix of the kernel (``cuobjdump -sass``; the counts are
+static, so the main loop's share is its instructions' share of the code, not of the time).
 """
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def main(argv=None) -> int:
     p.add_argument("--template", help="e.g. sgemm.cuda, wgmma_ws.cuda (as --sweep)")
     p.add_argument("--set", nargs="*", default=[], metavar="KNOB=V",
                    help="knob values set on the fallback")
+    p.add_argument("--log", help="the kernel that a build applies from this log (the tuned "
+                   "record of the workload on this GPU) instead of --template's fallback")
     p.add_argument("--cublas", action="store_true", help="cuBLAS's kernel (torch) instead")
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--sass", action="store_true", help="print the kernel's SASS mix")
@@ -75,14 +79,23 @@ def _run(args) -> int:
     if args.only not in GPU_SUITE:
         raise TvmExtError(f"--only {args.only!r}: not in the GPU suite "
                           f"({', '.join(GPU_SUITE)})")
-    if not args.cublas and not args.template:
-        raise TvmExtError("give --template (or --cublas)")
+    if sum(map(bool, (args.cublas, args.template, args.log))) != 1:
+        raise TvmExtError("give one of --template, --log and --cublas")
+    if args.log and args.set:
+        raise TvmExtError("--set takes --template (a --log record keeps its own knobs)")
     wl = GPU_SUITE[args.only]
     grid = knob_grid(args.set)
     if any(len(v) != 1 for v in grid.values()):
         raise TvmExtError("--set: one value a knob here")
     task = None
-    if not args.cublas:
+    if args.log:
+        from ..dispatch import apply_history_best, choose  # noqa: PLC0415
+        from ..target import default_target  # noqa: PLC0415
+        with apply_history_best([args.log]):
+            task, choice = choose(wl, default_target())
+        cfg = choice.config
+        print(f"{task.name} {wl} ({'tuned' if choice.tuned else 'fallback'}): {cfg}", flush=True)
+    elif not args.cublas:
         from ..target import default_target  # noqa: PLC0415
         task = template_task(wl, args.template, default_target())
         check_grid(task, grid)

@@ -277,7 +277,8 @@ def _bmm_schedule(sch, cfg, wl, facts):
     inner = cfg["tile_inner"].size[-1] if "tile_inner" in cfg else yi
     # One parallel task per (batch, column panel, yt row chunk); the rows of a chunk are walked
     # inside the task, so the packed panel is reused by every row tile of the chunk.
-    schedule_packed_gemm(sch, wl, tile_y=[yt, -(-wl.M // yi) // yt, yi], tile_x=[-1, 1, xi],
+    xc = cfg.value("xc", 1)
+    schedule_packed_gemm(sch, wl, tile_y=[yt, -(-wl.M // yi) // yt, yi], tile_x=[-1, xc, xi],
                          tile_k=cfg["tile_k"].size, inner=inner,
                          unroll_k=bool(cfg.value("unroll_k", 1)))
 
@@ -301,7 +302,7 @@ def _bmm_fallback(space, wl, facts):
     t = fallback_tiles(wl, facts)
     return _padded_k(space, {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]],
                              "tile_k": [-1, t["ki"]], "yt": t["yt"],
-                             "tile_inner": [-1, t["yi"]], "unroll_k": 1})
+                             "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": 1})
 
 
 BATCH_MATMUL_X86 = ScheduleTemplate(
