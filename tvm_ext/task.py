@@ -6,12 +6,12 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Sequence
 
 from . import codegen
 from .errors import TemplateError
 from .space import (ConfigEntity, ConfigSpace, build_space, eval_expr, knob_default_exprs,
-                    knob_defaults, load_space_spec)
+                    knob_defaults, load_space_spec, narrow_spec)
 from .strategy import get_template, templates_for
 from .target import hardware_facts, parse_target, target_str
 from .template import Template
@@ -36,7 +36,8 @@ class InstantiationError(RuntimeError):
 class Task:
     def __init__(self, workload: Workload, target=None, *, template: Optional[str] = None,
                  space_file: Optional[str] = None, symbolic: bool = False,
-                 granules: Optional[Mapping[str, int]] = None):
+                 granules: Optional[Mapping[str, int]] = None,
+                 narrow: Optional[Mapping[str, Sequence[int]]] = None):
         self.workload = workload
         # A shape family's task: its configs are built as kernels of symbolic extents, which
         # the space's rules see as ``symbolic`` = 1 and ``granule_m`` / ``_n`` / ``_k``: the
@@ -57,6 +58,10 @@ class Task:
                 raise TemplateError(f"template {template} does not apply to {workload}: {why}")
         self.space_file = space_file
         self.spec = load_space_spec(self.template.name, space_file)
+        # ``tune --set``: plain knobs kept to some of their values, the rest of the space as is
+        self.narrow = {k: [int(v) for v in vs] for k, vs in (narrow or {}).items()}
+        if self.narrow:
+            self.spec = narrow_spec(self.spec, self.narrow)
 
     @property
     def name(self) -> str:

@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transfer", nargs="*", metavar="LOG",
                    help="warm-start the xgb tuner from these logs (same template, other shapes)")
     p.add_argument("--space", help="tuning-space JSON file replacing the shipped one")
+    p.add_argument("--set", nargs="*", default=[], metavar="KNOB=V1,V2",
+                   help="tune only these values of the template's plain knobs, the rest of "
+                        "the space (its rules too) as shipped or as --space has it, e.g. "
+                        "--set slice_k=4 stages=2,3")
     p.add_argument("--number", type=int, default=3, help="runs per timing repeat")
     p.add_argument("--timing", default="auto", choices=("auto", "graph", "evaluator"),
                    help="graph: CUDA-graph replays through torch (kernel time without launch "
@@ -429,6 +433,11 @@ def run(argv: Optional[List[str]] = None) -> int:
     if args.epilogue and (args.model or args.shape is not None and is_family_text(args.shape)):
         raise TvmExtError("--epilogue is for one shape (a model's epilogues: --model F "
                           "--subgraphs; a shape family tunes the bare matmul)")
+    from .space import knob_values  # noqa: PLC0415
+    args.narrow = knob_values(args.set)
+    if args.narrow and (args.model or args.shape is not None and is_family_text(args.shape)):
+        raise TvmExtError("--set narrows one workload's template (not a --model's kernels or a "
+                          "shape family's)")
     if args.model:
         return _tune_model(args)
     if args.shape is not None and is_family_text(args.shape):
@@ -439,6 +448,9 @@ def run(argv: Optional[List[str]] = None) -> int:
                               "sets, ranges or ?), not for one shape")
     wl = _workload(args)
     names = _templates(args, wl)
+    if args.narrow and len(names) > 1:
+        raise TvmExtError(f"--set narrows one template's knobs; {len(names)} apply to {wl} "
+                          f"({', '.join(names)}): give --template")
     log = Path(args.log) if args.log else default_log(wl.op, args.target_obj)
     if len(names) > 1 and not (args.list_space or args.dry_run):
         rc = _tune_templates(args, wl, names, log)
@@ -515,7 +527,8 @@ def _tune_templates(args, wl, names: List[str], log: Path) -> int:
 def _tune_task(args, wl, template: str, trials: int, log: Path) -> int:
     from .target import describe  # noqa: PLC0415
     from .task import Task  # noqa: PLC0415
-    task = Task(wl, args.target_obj, template=template, space_file=args.space)
+    task = Task(wl, args.target_obj, template=template, space_file=args.space,
+                narrow=args.narrow)
     space = task.space
     print(f"task: {task.name} for {wl} on {describe(task.target)}; space {len(space)} configs")
 

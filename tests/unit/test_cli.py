@@ -61,6 +61,15 @@ BAD = [
     (["--layout", "XY"], "unknown layout 'XY'"),
     (["--space", "nope.json", "--target", "llvm"], "cannot read space file"),
     (["--timing", "graph", "--target", "llvm"], "graph timing needs a CUDA device"),
+    (["--target", "llvm", "--op", "batch_matmul", "--set", "nope=1"],
+     "batch_matmul.x86 has no knob 'nope'"),
+    (["--target", "llvm", "--op", "batch_matmul", "--set", "tile_k=4"],
+     "'tile_k' is a split knob"),
+    (["--target", "llvm", "--op", "batch_matmul", "--set", "yt=3"],
+     "3 is not a value of knob 'yt'"),
+    (["--target", "llvm", "--set", "yt"], "expected KNOB=V1,V2"),
+    (["--target", "llvm", "--op", "dense", "--shape", "1x256x256", "--set", "yt=1"],
+     "give --template"),
 ]
 
 
@@ -70,6 +79,29 @@ def test_bad_input_one_line_exit_2(tmp_path, args, msg):
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tvm_ext.tune: error:") and msg in lines[0]
+
+
+def test_set_tunes_only_the_values_given(tmp_path):
+    """``--set KNOB=V1,V2``: the shipped space with those knobs kept to those values (its rules
+    unchanged); every measured config has them, in the workers too (a config's index is of
+    the narrowed space), and the space line counts the narrowed space."""
+    base = ["--op", "batch_matmul", "--target", "llvm", "--shape", "2x32x64x32",
+            "--template", "batch_matmul.x86", "--number", "1", "--repeat", "1"]
+    full = cli(*base, "--list-space", cwd=tmp_path)
+    narrow = cli(*base, "--list-space", "--set", "yt=2", "unroll_k=0", cwd=tmp_path)
+    assert full.returncode == 0 and narrow.returncode == 0, (full.stderr, narrow.stderr)
+
+    def size(out):
+        return int(out.split("; space ")[1].split(" configs")[0])
+    assert size(full.stdout) == 8 * size(narrow.stdout)  # yt: 1 of 4 values, unroll_k: 1 of 2
+    r = cli(*base, "--trials", "4", "--batch-size", "2", "--tuner", "random",
+            "--set", "yt=2", "unroll_k=0", "--log", "n.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    recs = _records(tmp_path / "n.json")
+    assert len(recs) == 4 and all(rec["result"][1] == 0 for rec in recs)
+    for rec in recs:
+        entity = {k: v for k, _, v in rec["config"]["entity"]}
+        assert entity["yt"] == 2 and entity["unroll_k"] == 0, entity
 
 
 def _valid_line(target):

@@ -9,6 +9,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..result import error_line
+from ..space import knob_values as knob_grid  # noqa: F401  (bench --set, bench.one --set)
 from ..workload import Workload
 from .common import Row, median_ms
 
@@ -216,21 +217,6 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
                 rows[-1].recorded_ms = choice.record_cost * 1e3
                 rows[-1].replay_ms = replay_record(task_t, choice.config)
     return rows
-
-
-def knob_grid(items):
-    """{knob: [int values]} of --set's KNOB=V1,V2 items (one-line error on a bad item)."""
-    from ..errors import TvmExtError  # noqa: PLC0415
-    grid = {}
-    for item in items:
-        knob, sep, values = item.partition("=")
-        try:
-            grid[knob] = [int(v) for v in values.split(",")]
-        except ValueError:
-            sep = ""
-        if not sep or not knob:
-            raise TvmExtError(f"--set {item!r}: expected KNOB=V1,V2 with integer values")
-    return grid
 
 
 def template_task(wl, template: str, target):

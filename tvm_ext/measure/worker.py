@@ -244,7 +244,9 @@ def task_payload(task) -> Dict[str, Any]:
             "paths": list(task.template.source_paths),
             # a shape family's task builds the kernel of symbolic extents (a kernel template's
             # guarded kernel), under its space's rules
-            "symbolic": bool(task.symbolic), "granules": dict(task.granules)}
+            "symbolic": bool(task.symbolic), "granules": dict(task.granules),
+            # ``tune --set``: the same narrowed space, so that config indices mean the same
+            "narrow": dict(task.narrow)}
 
 
 def task_in_worker(payload: Dict[str, Any]):
@@ -267,4 +269,4 @@ def _task(payload_json: str):
     wl = Workload.from_args(payload["op"], payload["args"])
     return Task(wl, json.loads(payload["target"]), template=payload["template"],
                 space_file=payload.get("space_file"), symbolic=payload.get("symbolic", False),
-                granules=payload.get("granules"))
+                granules=payload.get("granules"), narrow=payload.get("narrow"))

@@ -26,10 +26,11 @@ from .knobs import (AnnotateEntity, AnnotateSpace, KnobSpace, OtherOptionEntity,
                     OtherOptionSpace, ReorderEntity, ReorderSpace, SplitEntity, SplitSpace,
                     get_factors, get_pow2s)
 from .spec import (SPACES_DIR, build_space, data_dir, knob_default_exprs, knob_defaults,
-                   load_space_spec)
+                   knob_values, load_space_spec, narrow_spec)
 
 __all__ = ["AnnotateEntity", "AnnotateSpace", "ConfigEntity", "ConfigSpace", "Expr",
            "FallbackConfig", "KnobSpace", "OtherOptionEntity", "OtherOptionSpace",
            "ReorderEntity", "ReorderSpace", "SPACES_DIR", "SplitEntity", "SplitSpace",
            "build_space", "data_dir", "eval_expr", "get_factors", "get_pow2s",
-           "knob_default_exprs", "knob_defaults", "load_space_spec"]
+           "knob_default_exprs", "knob_defaults", "knob_values", "load_space_spec",
+           "narrow_spec"]

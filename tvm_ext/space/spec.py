@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from ..errors import SpaceError
 from .config import ConfigSpace
@@ -47,6 +47,49 @@ def load_space_spec(template: str, path: Optional[str] = None) -> Dict[str, Any]
         raise SpaceError(f"space file {p} is for template '{spec.get('template')}', "
                          f"not '{template}'")
     return spec
+
+
+def knob_values(items: Sequence[str]) -> Dict[str, list]:
+    """{knob: [int values]} of command-line items KNOB=V1,V2 (``tune --set``, ``bench --sweep
+    --set``); a SpaceError (one line) names a malformed item."""
+    grid: Dict[str, list] = {}
+    for item in items:
+        knob, sep, values = item.partition("=")
+        try:
+            grid[knob] = [int(v) for v in values.split(",")]
+        except ValueError:
+            sep = ""
+        if not sep or not knob:
+            raise SpaceError(f"--set {item!r}: expected KNOB=V1,V2 with integer values")
+    return grid
+
+
+def narrow_spec(spec: Mapping[str, Any], values: Mapping[str, Sequence[int]]) -> Dict[str, Any]:
+    """A copy of ``spec`` whose plain knobs named in ``values`` keep only those candidates
+    (``tune --set chunk=2,4``): every rule, let and other knob stays the spec's own. A knob the
+    spec lacks, a split (its factors are not a list of values) or a value that is not one of
+    the knob's candidates is a SpaceError naming it."""
+    knobs = {k.get("name"): k for k in spec["knobs"]}
+    narrowed = dict(spec)
+    narrowed["knobs"] = [dict(k) for k in spec["knobs"]]
+    by_name = {k.get("name"): k for k in narrowed["knobs"]}
+    for name, vals in values.items():
+        if name not in knobs:
+            raise SpaceError(f"--set: {spec.get('template', 'the space')} has no knob {name!r} "
+                             f"(knobs: {', '.join(str(n) for n in knobs)})")
+        knob = by_name[name]
+        if knob.get("kind") != "knob":
+            raise SpaceError(f"--set: {name!r} is a {knob.get('kind')} knob, not a list of "
+                             "values (narrow it with a --space file)")
+        cands = knob.get("candidates", [])
+        bad = [v for v in vals if v not in cands]
+        if bad or not vals:
+            raise SpaceError(f"--set: {bad[0] if bad else 'nothing'} is not a value of knob "
+                             f"{name!r} (values: {cands})")
+        knob["candidates"] = [c for c in cands if c in vals]
+        if "default" in knob and knob["default"] not in knob["candidates"]:
+            del knob["default"]  # a default outside the values would build outside the space
+    return narrowed
 
 
 # Spaces build in milliseconds; one that takes this long asks for too much (each knob's

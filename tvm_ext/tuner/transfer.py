@@ -18,7 +18,7 @@ def warm_start(tuner: Tuner, task, records) -> int:
             continue
         if r.key() not in spaces:
             spaces[r.key()] = Task(r.workload, task.target, template=task.name,
-                                   space_file=task.space_file).space
+                                   space_file=task.space_file, narrow=task.narrow).space
         space = spaces[r.key()]
         if set(space.knobs) != set(r.config):
             continue
