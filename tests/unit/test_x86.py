@@ -238,3 +238,31 @@ def test_xc_walks_several_column_panels_in_one_task(layout):
             np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
                                        *tolerance(wl), err_msg=str(cfg))
         assert extents[0] == xc * extents[1], (shape, xc, extents)
+
+
+@pytest.mark.parametrize("layout", ["NT", "TT", "NN"])
+def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
+    """B stored [N, K] is packed into its [K, xi] panels by lanes x lanes blocks transposed in
+    registers (``x86_intrin``: LLVM IR imported into the kernel and inlined), not by a vector
+    loop that gathers each vector at a stride of K; B stored [K, N] packs by plain copies. The
+    answers match numpy for f32 and f64, and a K that is no whole number of blocks keeps the
+    vector loop."""
+    rng = np.random.default_rng(3)
+    for op, shape, dtype, blocks in (("dense", (24, 128, 64), "float32", True),
+                                     ("batch_matmul", (2, 24, 64, 48), "float32", True),
+                                     ("dense", (24, 64, 64), "float64", True),
+                                     ("dense", (24, 128, 40), "float32", False)):
+        wl = Workload.create(op, shape, dtype, layout=layout)
+        task = Task(wl, "llvm")
+        cfg = task.fallback_config()
+        script = task.template.make_func(wl, cfg, task.facts, task.target).script()
+        lanes = task.facts["vector_lanes"]
+        want = blocks and layout != "NN" and cfg["tile_x"].size[-1] % lanes == 0
+        assert (f"tvm_ext_transpose_{lanes}_{dtype}" in script) == want, (op, shape, cfg)
+        lib = task.build(cfg)
+        asm = lib.mod.inspect_source("asm").splitlines()  # inlined: no call of it is left
+        assert not [line for line in asm if "call" in line and "tvm_ext_transpose" in line]
+        a, b = random_inputs(wl, rng)
+        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+        np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
+                                   *tolerance(wl), err_msg=str(cfg))

@@ -21,6 +21,16 @@ SLICE_SUM_BLOCK = "C_slices"
 OWN_CONSUMERS = (CROP_BLOCK, CAST_BLOCK, SPLIT_SUM_BLOCK, SLICE_SUM_BLOCK)
 
 
+def register_once(name: str, make):
+    """Register an intrinsic of our own, ``make() -> (desc, impl)``, unless this process
+    already did. ``make`` runs only then: building the TVMScript of an intrinsic costs tens of
+    milliseconds, and a tuner instantiates hundreds of configs for their features."""
+    from tvm.s_tir import TensorIntrin  # noqa: PLC0415
+    if TensorIntrin.get(name, allow_missing=True) is None:
+        TensorIntrin.register(name, *make())
+    return name
+
+
 def matmul_compute(wl, A=None, B=None, acc=None):
     """TE tensors [A, B, C] of the plain matmul (given A and B tensors, or placeholders);
     accumulation in out_dtype, or in ``acc`` and then cast to out_dtype by block "C_cast" (the

@@ -13,6 +13,8 @@ import importlib.util
 import sys
 import threading
 
+from ..common import register_once  # noqa: F401  (the templates call intrin.register_once)
+
 _NAME = "tvm.s_tir.tensor_intrin.cuda"
 _LOCK = threading.Lock()
 
@@ -36,16 +38,6 @@ def load_cuda():
             del sys.modules[_NAME]
             raise
         return mod
-
-
-def register_once(name: str, make):
-    """Register an intrinsic of our own, ``make() -> (desc, impl)``, unless this process
-    already did. ``make`` runs only then: building the TVMScript of an intrinsic costs tens of
-    milliseconds, and a tuner instantiates hundreds of configs for their features."""
-    from tvm.s_tir import TensorIntrin  # noqa: PLC0415
-    if TensorIntrin.get(name, allow_missing=True) is None:
-        TensorIntrin.register(name, *make())
-    return name
 
 
 def mma_cast_store(in_dtype: str, out_dtype: str):
