@@ -136,10 +136,44 @@ def test_gpu_sweep_rejects_unknown_knobs_and_values_before_measuring(capsys):
     with pytest.raises(TvmExtError, match="3 is not a value of .* staged_store"):
         run_sweep(suite, "batch_matmul_wgmma_ws.cuda", {"staged_store": [0, 3]}, repeat=1,
                   target=sm90)
-    assert main(["--suite", "cpu", "--sweep", "dense_pack.x86"]) == 2
-    assert "--sweep is an option of the gpu suite" in capsys.readouterr().err
+    assert main(["--suite", "tuning-cost", "--sweep", "dense_pack.x86"]) == 2
+    assert "--sweep is an option of the gpu and cpu suites" in capsys.readouterr().err
+    assert main(["--suite", "cpu", "--only", "bmm", "--sweep", "batch_matmul.x86", "--set",
+                 "xc=3"]) == 2
+    assert "3 is not a value of batch_matmul.x86's knob xc" in capsys.readouterr().err
+    assert main(["--suite", "cpu", "--only", "nope", "--sweep", "batch_matmul.x86"]) == 2
+    assert "--only: no workload of the cpu suite" in capsys.readouterr().err
     assert main(["--suite", "gpu", "--set", "block_n=128"]) == 2
     assert "--set gives --sweep's knob values" in capsys.readouterr().err
+
+
+def test_the_chains_exp_kernel_has_float32_accuracy():
+    """The CPU chain's exp (TVM's fast_exp, vectorised): within a few float32 roundings of
+    float64 numpy over the range the chain feeds it, and a large negative input gives 0."""
+    import numpy as np
+    import tvm
+    from tvm_ext.bench.cpu import exp_kernel
+    from tvm_ext.target import host_cpu_target
+    x = np.random.default_rng(0).uniform(-10, 10, (64, 48)).astype("float32")
+    x[0, 0] = -200.0
+    k = exp_kernel(x.shape, host_cpu_target())
+    y = tvm.runtime.empty(x.shape, "float32", tvm.cpu())
+    k["main"](tvm.runtime.tensor(x), y)
+    ref = np.exp(x.astype(np.float64))
+    got = y.numpy()
+    assert got[0, 0] < 1e-30
+    assert np.max(np.abs(got - ref)[1:] / ref[1:]) < 4e-7
+
+
+def test_cpu_sweep_checks_and_samples_every_combination(capsys):
+    """``--suite cpu --sweep T --set K=V1,V2``: the template's fallback with each value, each
+    kernel checked against numpy and sampled in turn with it: one row per value, on the
+    quick suite's shapes (no log involved)."""
+    from tvm_ext.bench.cpu import CPU_QUICK, run_cpu_sweep
+    rows = run_cpu_sweep({"bmm": CPU_QUICK["bmm"]}, "batch_matmul.x86", {"yt": [1, 2]},
+                         repeat=2)
+    assert [r.name.split("[")[1] for r in rows] == ["yt=1]", "yt=2]"]
+    assert all(r.ours_ms > 0 and r.ref_ms > 0 and r.tuned == "batch_matmul.x86" for r in rows)
 
 
 def test_one_kernel_for_a_profiler_checks_its_arguments_first(capsys):

@@ -22,6 +22,8 @@ Knob sweep (``--suite gpu --only KEY ... --sweep wgmma_ws.cuda --set staged_stor
 block_n=128,256``): instead of those columns, the template's fallback (for each workload's
 op) with each combination of the ``--set`` values, every kernel checked against numpy and
 sampled in turn with cuBLAS; an unknown knob or value is an error before anything is built.
+``--suite cpu --only bmm --sweep batch_matmul.x86 --set xc=1,2`` does the same on the CPU
+suite (the template's full name; sampled in turn with numpy).
 
 Tuning cost (``--suite tuning-cost``): for each workload of the GPU suite (on a GPU; else the CPU
 suite), the XGB tuner starts from scratch (a fresh log, no transfer) on the template of the
@@ -123,8 +125,8 @@ def main(argv=None) -> int:
             run_tuners(args.log or "tvm_ext_logs/space_4x256.json",
                        transfer_logs=args.transfer or [], plot=args.plot)
             return 0
-        if args.sweep and args.suite != "gpu":
-            raise TvmExtError("--sweep is an option of the gpu suite")
+        if args.sweep and args.suite not in ("gpu", "cpu"):
+            raise TvmExtError("--sweep is an option of the gpu and cpu suites")
         if args.target and args.suite != "cpu":
             raise TvmExtError("--target is an option of the cpu suite")
         if args.set and not args.sweep:
@@ -155,6 +157,14 @@ def main(argv=None) -> int:
         elif args.suite == "gpu":
             from .gpu import run_gpu  # noqa: PLC0415
             rows = run_gpu(suite, log=log, repeat=args.repeat, timing=args.timing)
+        elif args.sweep:
+            from .cpu import run_cpu_sweep  # noqa: PLC0415
+            picked = {k: v for k, v in suite.items() if not args.only or k in args.only}
+            if not picked:
+                raise TvmExtError(f"--only: no workload of the cpu suite is named "
+                                  f"{' '.join(args.only)} (keys: {', '.join(suite)})")
+            rows = run_cpu_sweep(picked, args.sweep, _knob_grid(args.set), repeat=args.repeat,
+                                 target=target)
         else:
             from .cpu import run_cpu  # noqa: PLC0415
             rows = run_cpu(suite, log=log, repeat=args.repeat, metaschedule=args.metaschedule,

@@ -4,6 +4,7 @@ each sample after ``IDLE_S`` of idle time (neither library's spinning threads sl
 the table shows numpy's median and its best sample, and for tuned rows the template's fallback."""
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import List, Optional
@@ -40,13 +41,17 @@ CPU_QUICK = {
 
 def exp_kernel(shape, target):
     """exp over a 2-D float32 tensor, parallel over rows and vectorised (the chain's epilogue,
-    left unfused: a separate pass over the intermediate)."""
+    left unfused: a separate pass over the intermediate). TVM's ``fast_exp`` (range reduction
+    and a polynomial, as Relax's FastMath pass uses), vectorised: ``te.exp`` becomes one scalar
+    ``expf`` call per element on the CPU (LLVM has no vector exp without a vector math
+    library). Its accuracy is float32's (``tests/unit/test_bench.py`` checks it against
+    float64 numpy)."""
     import tvm  # noqa: PLC0415
-    from tvm import s_tir, te  # noqa: PLC0415
+    from tvm import s_tir, te, topi  # noqa: PLC0415
     X = te.placeholder(shape, "float32", name="X")
-    Y = te.compute(shape, lambda i, j: te.exp(X[i, j]), name="Y")
+    Y = topi.fast_exp(X)
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([X, Y])}))
-    i, j = sch.get_loops(sch.get_sblock("Y"))
+    i, j = sch.get_loops(sch.get_child_blocks(sch.get_sblock("root"))[-1])
     jo, ji = sch.split(j, [None, 16])
     sch.parallel(i)
     sch.vectorize(ji)
@@ -184,6 +189,61 @@ def _in_turn(calls, repeat: int):
             time.sleep(IDLE_S)
             samples[k] += time_calls(fn, repeat=1)
     return samples
+
+
+def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> List[Row]:
+    """``--suite cpu --sweep``: per matmul workload of ``suite``, ``template``'s fallback with
+    each combination of the knob values in ``grid`` ({knob: [values]}) set on it, every kernel
+    checked against numpy and sampled in turn with numpy (``_in_turn``: each sample after
+    ``IDLE_S`` of idle time); a combination outside the space's rules is skipped with the
+    rule. Names and values are checked for every workload before anything is built."""
+    import itertools  # noqa: PLC0415
+
+    import tvm  # noqa: PLC0415
+    from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..target import host_cpu_target  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
+    from .gpu import check_grid  # noqa: PLC0415
+    use_host_cores()
+    target = target or host_cpu_target()
+    tasks = {n: Task(wl, target, template=template) for n, wl in suite.items()
+             if not n.startswith("chain")}
+    for task in tasks.values():
+        check_grid(task, grid)
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, task in tasks.items():
+        wl = task.workload
+        a, b = random_inputs(wl, rng)
+        a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
+        b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b
+        want = np.matmul(a_mk, b_kn)
+        calls, configs = {"numpy": lambda: np.matmul(a_mk, b_kn)}, {}
+        for values in itertools.product(*grid.values()):
+            knobs = dict(zip(grid, values))
+            cfg = task.config_with(knobs)
+            label = " ".join(f"{k}={v}" for k, v in knobs.items()) or "fallback"
+            if not task.space.is_valid(cfg):
+                print(f"  {name} {label}: not in the space "
+                      f"({'; '.join(task.space.violations(cfg))})", flush=True)
+                continue
+            func = task.build(cfg).mod["main"]
+            args = (tvm.runtime.tensor(a), tvm.runtime.tensor(b),
+                    tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu()))
+            func(*args)
+            if not np.allclose(args[2].numpy(), want, rtol=1e-3, atol=1e-3):
+                print(f"  {name} {label}: numerics WRONG", flush=True)
+                continue
+            calls[label] = functools.partial(func, *args)
+            configs[label] = cfg
+        samples = _in_turn(calls, repeat)
+        ref = median_ms(samples["numpy"])
+        for label, cfg in configs.items():
+            print(f"  {name} {label}: {median_ms(samples[label])[0]:.4f} ms {cfg}", flush=True)
+            rows.append(Row(f"{name} {wl} [{label}]", wl.flop, *ref, *median_ms(samples[label]),
+                            task.name, ref_best_ms=min(samples["numpy"]) * 1e3))
+    return rows
 
 
 def build_fallback(task):
