@@ -266,3 +266,13 @@ def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
         kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
         np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
                                    *tolerance(wl), err_msg=str(cfg))
+
+
+def test_the_fallback_walks_panels_in_runs_where_c_streams_to_memory():
+    """batch_matmul.x86's fallback takes ``xc`` panels a task (runs of 256 bytes of C per row)
+    where C is larger than the cores' L2 and the tasks stay many, one panel where C fits."""
+    big = Task(Workload.create("batch_matmul", (24, 2048, 512, 64), layout="NT"), AVX512)
+    small = Task(Workload.create("batch_matmul", (64, 64, 64, 64)), AVX512)
+    cfg = big.fallback_config()
+    assert cfg["xc"].val * cfg["tile_x"].size[-1] * 4 >= 256 and big.space.is_valid(cfg)
+    assert small.fallback_config()["xc"].val == 1
