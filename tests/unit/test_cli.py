@@ -63,8 +63,8 @@ BAD = [
     (["--timing", "graph", "--target", "llvm"], "graph timing needs a CUDA device"),
     (["--target", "llvm", "--op", "batch_matmul", "--set", "nope=1"],
      "batch_matmul.x86 has no knob 'nope'"),
-    (["--target", "llvm", "--op", "batch_matmul", "--set", "tile_k=4"],
-     "'tile_k' is a split knob"),
+    (["--target", "llvm", "--op", "batch_matmul", "--set", "tile_k=3"],
+     "split 'tile_k' of 256 (verbose, 2 outputs): filter 'size[-1] in [3]' leaves none"),
     (["--target", "llvm", "--op", "batch_matmul", "--set", "yt=3"],
      "3 is not a value of knob 'yt'"),
     (["--target", "llvm", "--set", "yt"], "expected KNOB=V1,V2"),
@@ -82,26 +82,32 @@ def test_bad_input_one_line_exit_2(tmp_path, args, msg):
 
 
 def test_set_tunes_only_the_values_given(tmp_path):
-    """``--set KNOB=V1,V2``: the shipped space with those knobs kept to those values (its rules
-    unchanged); every measured config has them, in the workers too (a config's index is of
-    the narrowed space), and the space line counts the narrowed space."""
+    """``--set KNOB=V1,V2``: the shipped space with those knobs kept to those values (a split:
+    its innermost factor; the rules unchanged); every measured config has them, in the
+    workers too (a config's index is of the narrowed space), and the space line counts the
+    narrowed space."""
     base = ["--op", "batch_matmul", "--target", "llvm", "--shape", "2x32x64x32",
             "--template", "batch_matmul.x86", "--number", "1", "--repeat", "1"]
     full = cli(*base, "--list-space", cwd=tmp_path)
     narrow = cli(*base, "--list-space", "--set", "yt=2", "unroll_k=0", cwd=tmp_path)
+    split = cli(*base, "--list-space", "--set", "tile_x=16", cwd=tmp_path)
     assert full.returncode == 0 and narrow.returncode == 0, (full.stderr, narrow.stderr)
 
     def size(out):
         return int(out.split("; space ")[1].split(" configs")[0])
     assert size(full.stdout) == 8 * size(narrow.stdout)  # yt: 1 of 4 values, unroll_k: 1 of 2
+    assert split.returncode == 0 and "tile_x" in split.stdout, split.stderr
+    # a split keeps the factorisations whose innermost factor is given
+    assert 0 < size(split.stdout) < size(full.stdout)
     r = cli(*base, "--trials", "4", "--batch-size", "2", "--tuner", "random",
-            "--set", "yt=2", "unroll_k=0", "--log", "n.json", cwd=tmp_path)
+            "--set", "yt=2", "unroll_k=0", "tile_x=16", "--log", "n.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     recs = _records(tmp_path / "n.json")
     assert len(recs) == 4 and all(rec["result"][1] == 0 for rec in recs)
     for rec in recs:
         entity = {k: v for k, _, v in rec["config"]["entity"]}
-        assert entity["yt"] == 2 and entity["unroll_k"] == 0, entity
+        assert entity["yt"] == 2 and entity["unroll_k"] == 0 and entity["tile_x"][-1] == 16, \
+            entity
 
 
 def _valid_line(target):

@@ -65,10 +65,12 @@ def knob_values(items: Sequence[str]) -> Dict[str, list]:
 
 
 def narrow_spec(spec: Mapping[str, Any], values: Mapping[str, Sequence[int]]) -> Dict[str, Any]:
-    """A copy of ``spec`` whose plain knobs named in ``values`` keep only those candidates
-    (``tune --set chunk=2,4``): every rule, let and other knob stays the spec's own. A knob the
-    spec lacks, a split (its factors are not a list of values) or a value that is not one of
-    the knob's candidates is a SpaceError naming it."""
+    """A copy of ``spec`` whose knobs named in ``values`` keep only those values (``tune --set
+    chunk=2,4 tile_x=32``): a plain knob those candidates, a split those innermost factors
+    (the register tile's or vector's size; its other factors as the space has them). Every
+    rule, let and other knob stays the spec's own. A knob the spec lacks, a reorder or
+    annotation, or a value that is not one of a plain knob's candidates is a SpaceError naming
+    it; a split left with no factorisation is one when the space is built."""
     knobs = {k.get("name"): k for k in spec["knobs"]}
     narrowed = dict(spec)
     narrowed["knobs"] = [dict(k) for k in spec["knobs"]]
@@ -78,6 +80,12 @@ def narrow_spec(spec: Mapping[str, Any], values: Mapping[str, Sequence[int]]) ->
             raise SpaceError(f"--set: {spec.get('template', 'the space')} has no knob {name!r} "
                              f"(knobs: {', '.join(str(n) for n in knobs)})")
         knob = by_name[name]
+        if knob.get("kind") == "split":  # the innermost factor (the register tile, the vector)
+            if not vals:
+                raise SpaceError(f"--set: no value for split {name!r}")
+            keep = f"size[-1] in {sorted(set(vals))}"
+            knob["filter"] = f"({knob['filter']}) and {keep}" if knob.get("filter") else keep
+            continue
         if knob.get("kind") != "knob":
             raise SpaceError(f"--set: {name!r} is a {knob.get('kind')} knob, not a list of "
                              "values (narrow it with a --space file)")
