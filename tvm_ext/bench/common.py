@@ -93,3 +93,19 @@ def print_table(rows: List[Row], *, ref_name: str):
             print(f"  {r.name.split(' ')[0]:<16} recorded {r.recorded_ms:.4f} ms  replayed "
                   f"{r.replay_ms:.4f} ms ({r.replay_ms / r.recorded_ms:.2f})  in this process "
                   f"{r.ours_ms:.4f} ms ({r.ours_ms / r.recorded_ms:.2f})")
+
+
+def sweep_configs(name: str, task, grid):
+    """(label, config) of each combination of ``grid``'s knob values ({knob: [values]}) set on
+    ``task``'s fallback, in order (``--sweep``); a combination outside the space's rules is
+    printed with the rules it breaks and skipped."""
+    import itertools  # noqa: PLC0415
+    for values in itertools.product(*grid.values()):
+        knobs = dict(zip(grid, values))
+        cfg = task.config_with(knobs)
+        label = " ".join(f"{k}={v}" for k, v in knobs.items()) or "fallback"
+        if not task.space.is_valid(cfg):
+            print(f"  {name} {label}: not in the space ("
+                  f"{'; '.join(task.space.violations(cfg))})", flush=True)
+            continue
+        yield label, cfg

@@ -12,7 +12,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..workload import Workload
-from .common import Row, median_ms, time_calls
+from .common import Row, median_ms, sweep_configs, time_calls
 
 # The CPU suite (issue: batch_matmul 24x2048x512x64 NT, dense 128x768 -> 3072, and the MLP
 # chain 1024x2048 . 2048x1024 -> exp -> . 1024x3072).
@@ -197,8 +197,6 @@ def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> Li
     checked against numpy and sampled in turn with numpy (``_in_turn``: each sample after
     ``IDLE_S`` of idle time); a combination outside the space's rules is skipped with the
     rule. Names and values are checked for every workload before anything is built."""
-    import itertools  # noqa: PLC0415
-
     import tvm  # noqa: PLC0415
     from ..codegen import use_host_cores  # noqa: PLC0415
     from ..measure.check import random_inputs  # noqa: PLC0415
@@ -220,14 +218,7 @@ def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> Li
         b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b
         want = np.matmul(a_mk, b_kn)
         calls, configs = {"numpy": lambda: np.matmul(a_mk, b_kn)}, {}
-        for values in itertools.product(*grid.values()):
-            knobs = dict(zip(grid, values))
-            cfg = task.config_with(knobs)
-            label = " ".join(f"{k}={v}" for k, v in knobs.items()) or "fallback"
-            if not task.space.is_valid(cfg):
-                print(f"  {name} {label}: not in the space "
-                      f"({'; '.join(task.space.violations(cfg))})", flush=True)
-                continue
+        for label, cfg in sweep_configs(name, task, grid):
             func = task.build(cfg).mod["main"]
             args = (tvm.runtime.tensor(a), tvm.runtime.tensor(b),
                     tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu()))

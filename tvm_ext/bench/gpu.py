@@ -11,7 +11,7 @@ import numpy as np
 from ..result import error_line
 from ..space import knob_values as knob_grid  # noqa: F401  (bench --set, bench.one --set)
 from ..workload import Workload
-from .common import Row, median_ms
+from .common import Row, median_ms, sweep_configs
 
 
 def _half(dtype, op, shape, layout="NT"):
@@ -253,7 +253,6 @@ def run_sweep(suite, template: str, grid, *, repeat: int, timing: str = "graph",
     values in ``grid`` ({knob: [values]}) set on it, every kernel numerically checked and
     sampled in turn with cuBLAS; a combination outside the space's rules is a row that says
     which rule."""
-    import itertools  # noqa: PLC0415
     from ..target import default_target  # noqa: PLC0415
     target = target or default_target()
     tasks = {name: template_task(wl, template, target) for name, wl in suite.items()}
@@ -266,14 +265,7 @@ def run_sweep(suite, template: str, grid, *, repeat: int, timing: str = "graph",
         task = tasks[name]
         args, launches, expect = _reference(wl, rng)
         failed, builds = {}, []
-        for values in itertools.product(*grid.values()):
-            knobs = dict(zip(grid, values))
-            cfg = task.config_with(knobs)
-            label = " ".join(f"{k}={v}" for k, v in knobs.items()) or "fallback"
-            if not task.space.is_valid(cfg):
-                print(f"  {name} {label}: not in the space ("
-                      f"{'; '.join(task.space.violations(cfg))})", flush=True)
-                continue
+        for label, cfg in sweep_configs(name, task, grid):
             builds.append((label, cfg))
             launch = _checked(name, wl, args, expect, label, lambda c=cfg: task.build(c), failed)
             if launch is not None:
