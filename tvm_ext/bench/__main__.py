@@ -45,7 +45,8 @@ from ..errors import TvmExtError
 from ..space import data_dir
 from .common import blas_info, print_table
 from .cpu import CPU_QUICK, CPU_SUITE
-from .gpu import GPU_SUITE, knob_grid as _knob_grid
+from ..space import knob_values as _knob_grid
+from .gpu import GPU_SUITE
 
 PROG = "tvm_ext.bench"
 

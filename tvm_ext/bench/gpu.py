@@ -9,7 +9,6 @@ from typing import List, Optional
 import numpy as np
 
 from ..result import error_line
-from ..space import knob_values as knob_grid  # noqa: F401  (bench --set, bench.one --set)
 from ..workload import Workload
 from .common import Row, median_ms, sweep_configs
 

@@ -74,8 +74,9 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     import numpy as np  # noqa: PLC0415
+    from ..space import knob_values  # noqa: PLC0415
     from .gpu import (GPU_SUITE, _checked, _reference, check_grid,  # noqa: PLC0415
-                      knob_grid, template_task)
+                      template_task)
     if args.only not in GPU_SUITE:
         raise TvmExtError(f"--only {args.only!r}: not in the GPU suite "
                           f"({', '.join(GPU_SUITE)})")
@@ -84,7 +85,7 @@ def _run(args) -> int:
     if args.log and args.set:
         raise TvmExtError("--set takes --template (a --log record keeps its own knobs)")
     wl = GPU_SUITE[args.only]
-    grid = knob_grid(args.set)
+    grid = knob_values(args.set)
     if any(len(v) != 1 for v in grid.values()):
         raise TvmExtError("--set: one value a knob here")
     task = None
