@@ -58,7 +58,8 @@ class Task:
                 raise TemplateError(f"template {template} does not apply to {workload}: {why}")
         self.space_file = space_file
         self.spec = load_space_spec(self.template.name, space_file)
-        # ``tune --set``: plain knobs kept to some of their values, the rest of the space as is
+        # ``tune --set``: knobs kept to some of their values (a split: its innermost factors),
+        # the rest of the space as is
         self.narrow = {k: [int(v) for v in vs] for k, vs in (narrow or {}).items()}
         if self.narrow:
             self.spec = narrow_spec(self.spec, self.narrow)

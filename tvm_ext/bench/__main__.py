@@ -43,9 +43,9 @@ from dataclasses import asdict
 
 from ..errors import TvmExtError
 from ..space import data_dir
+from ..space import knob_values as _knob_grid
 from .common import blas_info, print_table
 from .cpu import CPU_QUICK, CPU_SUITE
-from ..space import knob_values as _knob_grid
 from .gpu import GPU_SUITE
 
 PROG = "tvm_ext.bench"

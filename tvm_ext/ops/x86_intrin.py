@@ -2,7 +2,7 @@
 
 A weight stored [N, K] (layout NT) is packed into panels ``[N // xi, K, xi]``: a transpose. As a
 TensorIR loop over (k, x) vectorised along x, LLVM builds every vector of the panel from xi
-scalar loads at a stride of K (a gather, one element a cycle). ``transpose_intrin`` instead
+scalar loads at a stride of K (a gather). ``transpose_intrin`` instead
 moves an n x n block (n = the vector lanes: 16 f32 on AVX-512) as BLAS packing routines do: n
 row loads along K, log2(n) rounds of two-source shuffles, n row stores into the panel. Its
 body is LLVM IR, imported into the kernel's module (``pragma_import_llvm``) and inlined there,
