@@ -75,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="warm-start the xgb tuner from these logs (same template, other shapes)")
     p.add_argument("--space", help="tuning-space JSON file replacing the shipped one")
     p.add_argument("--set", nargs="*", default=[], metavar="KNOB=V1,V2",
-                   help="tune only these values of the template's plain knobs, the rest of "
-                        "the space (its rules too) as shipped or as --space has it, e.g. "
-                        "--set slice_k=4 stages=2,3")
+                   help="tune only these values of the template's knobs (a split: its "
+                        "innermost factor), the rest of the space (its rules too) as shipped "
+                        "or as --space has it, e.g. --set slice_k=4 stages=2,3 or tile_x=32")
     p.add_argument("--number", type=int, default=3, help="runs per timing repeat")
     p.add_argument("--timing", default="auto", choices=("auto", "graph", "evaluator"),
                    help="graph: CUDA-graph replays through torch (kernel time without launch "
