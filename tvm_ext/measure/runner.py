@@ -253,7 +253,7 @@ class ProcessRunner:
         try:
             thread.join()
         except (KeyboardInterrupt, SystemExit):
-            self._interrupted()
+            self.stop()
             raise
         if thread.error is not None:
             raise thread.error
@@ -276,11 +276,9 @@ class ProcessRunner:
         return results, drain_queue(self._workers, jobs, work)
 
     def stop(self):
-        """End the runs in flight (their workers are killed) and start new workers."""
-        self._interrupted()
-
-    def _interrupted(self):
-        """Ctrl-C during a run: as ``Builder._interrupted``."""
+        """End the runs in flight (their workers are killed) and start new workers: Ctrl-C
+        during a run, here or in the pool's pipelined build-and-run (as
+        ``Builder._interrupted``)."""
         old, self._workers = self._workers, self._new_workers()
         for w, _ in old:
             w.close()
