@@ -11,6 +11,7 @@ logged (``tvm_ext`` logger), not a warning per kernel.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import os
 from collections import Counter
@@ -174,8 +175,14 @@ class Kernel:
         import tvm  # noqa: PLC0415
         return tvm.cuda(0) if self.task.target.kind.name == "cuda" else tvm.cpu(0)
 
+    @functools.cached_property
+    def function(self):
+        """The kernel's entry, looked up once: a lookup by name (``module["main"]``) is an FFI
+        call of microseconds, which every call of a sub-millisecond kernel would pay."""
+        return self.module["main"]
+
     def __call__(self, *tensors):
-        self.module["main"](*tensors)
+        self.function(*tensors)
 
     def run(self, a: np.ndarray, b: np.ndarray, *extras: np.ndarray) -> np.ndarray:
         """The output for A, B (and a subgraph task's epilogue inputs: bias, residual)."""

@@ -276,3 +276,21 @@ def test_the_fallback_walks_panels_in_runs_where_c_streams_to_memory():
     cfg = big.fallback_config()
     assert cfg["xc"].val * cfg["tile_x"].size[-1] * 4 >= 256 and big.space.is_valid(cfg)
     assert small.fallback_config()["xc"].val == 1
+
+
+def test_a_kernel_looks_its_entry_up_once():
+    """``Kernel.__call__`` calls the entry it looked up the first time: a lookup by name is an
+    FFI call per call, which the CPU bench's sub-millisecond rows showed as a slower tuned
+    kernel than its own fallback (called through a handle)."""
+    wl = Workload.create("batch_matmul", (2, 16, 32, 8))
+    kernel = tvm_ext.build(wl, "llvm")
+    a, b = random_inputs(wl, np.random.default_rng(4))
+    want = kernel.run(a, b)
+
+    class NoLookup:
+        @property
+        def mod(self):
+            raise AssertionError("the entry was looked up again")
+
+    kernel.executable = NoLookup()
+    np.testing.assert_allclose(kernel.run(a, b), want)
