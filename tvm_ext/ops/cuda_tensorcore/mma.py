@@ -104,21 +104,11 @@ def sliced_compute(wl, slices, step, acc):
     memory and binds s to the block's warps (``tile_grid``'s ``sliced``)."""
     from tvm import te  # noqa: PLC0415
     assert wl.K % (slices * step) == 0, (wl, slices, step)
-    batched = wl.op != "dense"
-    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
-    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
-    k = te.reduce_axis((0, wl.K // slices), name="k")
-
-    def partial(*idx):
-        lead_, (s, i, j) = idx[:-3], idx[-3:]
-        kk = (k // step * slices + s) * step + k % step
-        a = A[lead_ + ((kk, i) if wl.transpose_a else (i, kk))]
-        b = B[lead_ + ((j, kk) if wl.transpose_b else (kk, j))]
-        return te.sum(a.astype(acc) * b.astype(acc), axis=k)
-
-    batch = (wl.batch,) if batched else ()
-    P = te.compute(batch + (slices, wl.M, wl.N), partial, name=MATMUL_BLOCK)
-
+    A, B, partial = _partial_products(
+        wl, wl.K // slices, lambda s, k: (k // step * slices + s) * step + k % step, acc)
+    batch = (wl.batch,) if wl.op != "dense" else ()
+    P = te.compute(batch + (slices, wl.M, wl.N),
+                   lambda *idx: partial(idx[:-3], *idx[-3:]), name=MATMUL_BLOCK)
     r = te.reduce_axis((0, slices), name="s")
     total = te.compute(batch + (wl.M, wl.N),
                        lambda *idx: te.sum(P[idx[:-2] + (r,) + idx[-2:]], axis=r),
@@ -132,18 +122,10 @@ def sliced_compute(wl, slices, step, acc):
 def _split_k_compute(wl, split, acc):
     from tvm import te  # noqa: PLC0415
     assert wl.op == "dense" and wl.K % split == 0, (wl, split)
-    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
-    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
     kc = wl.K // split
-    k = te.reduce_axis((0, kc), name="k")
-
-    def partial(s, i, j):
-        kk = s * kc + k
-        a = A[(kk, i) if wl.transpose_a else (i, kk)]
-        b = B[(j, kk) if wl.transpose_b else (kk, j)]
-        return te.sum(a.astype(acc) * b.astype(acc), axis=k)
-
-    P = te.compute((split, wl.M, wl.N), partial, name=MATMUL_BLOCK)
+    A, B, partial = _partial_products(wl, kc, lambda s, k: s * kc + k, acc)
+    P = te.compute((split, wl.M, wl.N), lambda s, i, j: partial((), s, i, j),
+                   name=MATMUL_BLOCK)
 
     def total(i, j):
         v = P[0, i, j]
@@ -152,6 +134,24 @@ def _split_k_compute(wl, split, acc):
         return v.astype(wl.out_dtype)
 
     return [A, B, te.compute((wl.M, wl.N), total, name=SPLIT_SUM_BLOCK)]
+
+
+def _partial_products(wl, k_len, k_of, acc):
+    """A, B and the body of split-K's and sliced-K's block "C", ``partial(lead, s, i, j)``:
+    the products of row i and column j over the K indices ``k_of(s, k)``, k < ``k_len``,
+    accumulated in ``acc`` (``lead``: the batch index, or ())."""
+    from tvm import te  # noqa: PLC0415
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    k = te.reduce_axis((0, k_len), name="k")
+
+    def partial(lead_, s, i, j):
+        kk = k_of(s, k)
+        a = A[lead_ + ((kk, i) if wl.transpose_a else (i, kk))]
+        b = B[lead_ + ((j, kk) if wl.transpose_b else (kk, j))]
+        return te.sum(a.astype(acc) * b.astype(acc), axis=k)
+
+    return A, B, partial
 
 
 def _mma_names(I, wl, acc, store_dtype, scope, c_scope, a_trans):
