@@ -95,6 +95,23 @@ def print_table(rows: List[Row], *, ref_name: str):
                   f"{r.ours_ms:.4f} ms ({r.ours_ms / r.recorded_ms:.2f})")
 
 
+def check_grid(task, grid) -> None:
+    """TvmExtError (one line) unless every knob of ``grid`` ({knob: [values]}) is one of
+    ``task``'s and every value one of that knob's."""
+    from ..errors import TvmExtError  # noqa: PLC0415
+    unknown = [k for k in grid if k not in task.space.knobs]
+    if unknown:
+        raise TvmExtError(f"--set: {task.name} has no knob {unknown[0]!r} (knobs: "
+                          f"{', '.join(task.space.knobs)})")
+    for k, values in grid.items():
+        knob = task.space.knobs[k]
+        have = [getattr(e, "val", None) for e in knob.entities]
+        bad = [v for v in values if knob.kind != "ot" or v not in have]
+        if bad:
+            raise TvmExtError(f"--set: {bad[0]} is not a value of {task.name}'s knob {k} "
+                              f"(values: {have})")
+
+
 def sweep_configs(name: str, task, grid):
     """(label, config) of each combination of ``grid``'s knob values ({knob: [values]}) set on
     ``task``'s fallback, in order (``--sweep``); a combination outside the space's rules is

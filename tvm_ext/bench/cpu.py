@@ -12,7 +12,7 @@ from typing import List, Optional
 import numpy as np
 
 from ..workload import Workload
-from .common import Row, median_ms, sweep_configs, time_calls
+from .common import Row, check_grid, median_ms, sweep_configs, time_calls
 
 # The CPU suite (issue: batch_matmul 24x2048x512x64 NT, dense 128x768 -> 3072, and the MLP
 # chain 1024x2048 . 2048x1024 -> exp -> . 1024x3072).
@@ -202,7 +202,6 @@ def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> Li
     from ..measure.check import random_inputs  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
-    from .gpu import check_grid  # noqa: PLC0415
     use_host_cores()
     target = target or host_cpu_target()
     tasks = {n: Task(wl, target, template=template) for n, wl in suite.items()

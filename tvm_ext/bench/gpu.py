@@ -10,7 +10,7 @@ import numpy as np
 
 from ..result import error_line
 from ..workload import Workload
-from .common import Row, median_ms, sweep_configs
+from .common import Row, check_grid, median_ms, sweep_configs
 
 
 def _half(dtype, op, shape, layout="NT"):
@@ -226,23 +226,6 @@ def template_task(wl, template: str, target):
     for op in ("batch_matmul_", "dense_"):
         suffix = suffix[len(op):] if suffix.startswith(op) else suffix
     return Task(wl, target, template=f"{wl.op}_{suffix}")
-
-
-def check_grid(task, grid) -> None:
-    """TvmExtError (one line) unless every knob of ``grid`` ({knob: [values]}) is one of
-    ``task``'s and every value one of that knob's."""
-    from ..errors import TvmExtError  # noqa: PLC0415
-    unknown = [k for k in grid if k not in task.space.knobs]
-    if unknown:
-        raise TvmExtError(f"--set: {task.name} has no knob {unknown[0]!r} (knobs: "
-                          f"{', '.join(task.space.knobs)})")
-    for k, values in grid.items():
-        knob = task.space.knobs[k]
-        have = [getattr(e, "val", None) for e in knob.entities]
-        bad = [v for v in values if knob.kind != "ot" or v not in have]
-        if bad:
-            raise TvmExtError(f"--set: {bad[0]} is not a value of {task.name}'s knob {k} "
-                              f"(values: {have})")
 
 
 def run_sweep(suite, template: str, grid, *, repeat: int, timing: str = "graph",

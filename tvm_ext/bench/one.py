@@ -75,8 +75,8 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     import numpy as np  # noqa: PLC0415
     from ..space import knob_values  # noqa: PLC0415
-    from .gpu import (GPU_SUITE, _checked, _reference, check_grid,  # noqa: PLC0415
-                      template_task)
+    from .common import check_grid  # noqa: PLC0415
+    from .gpu import GPU_SUITE, _checked, _reference, template_task  # noqa: PLC0415
     if args.only not in GPU_SUITE:
         raise TvmExtError(f"--only {args.only!r}: not in the GPU suite "
                           f"({', '.join(GPU_SUITE)})")
