@@ -230,8 +230,8 @@ def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     bench's dense 128x3072x768 NT row went from 1.16x to 1.31-1.34x numpy (docs/BENCHMARKS.md)."""
     from tvm import tirx  # noqa: PLC0415
 
-    from .x86_intrin import _LLVM_TYPE, transpose_intrin, transpose_ir  # noqa: PLC0415
-    if lanes < 2 or lanes & (lanes - 1) or not wl.transpose_b or wl.dtype not in _LLVM_TYPE:
+    from .x86_intrin import LLVM_TYPES, transpose_intrin, transpose_ir  # noqa: PLC0415
+    if lanes < 2 or lanes & (lanes - 1) or not wl.transpose_b or wl.dtype not in LLVM_TYPES:
         return False
     k, x = sch.get_loops(pack)[-2:]
     extents = [sch.get(loop).extent for loop in (k, x)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .common import register_once
 
-_LLVM_TYPE = {"float32": "float", "float64": "double"}
+LLVM_TYPES = {"float32": "float", "float64": "double"}
 
 
 def transpose_ir(dtype: str, n: int) -> str:
@@ -22,7 +22,7 @@ def transpose_ir(dtype: str, n: int) -> str:
     rows i and i + b (i & b == 0) become their interleavings by blocks of b."""
     if n < 2 or n & (n - 1):
         raise ValueError(f"transpose of {n} lanes: a power of two >= 2")
-    ty = _LLVM_TYPE[dtype]
+    ty = LLVM_TYPES[dtype]
     vec = f"<{n} x {ty}>"
     out = [f"define void @{_symbol(dtype, n)}(ptr %dst, i64 %ds, ptr %src, i64 %ss) {{"]
     for r in range(n):
