@@ -31,6 +31,17 @@ def register_once(name: str, make):
     return name
 
 
+def element_at(wl, A, B):
+    """(a(lead, i, k), b(lead, j, k)): the element of A at row i and of B at column j, both at
+    reduction index k, whatever the layout (``lead``: the batch index as a tuple, or ())."""
+    def a(lead, i, k):
+        return A[lead + ((k, i) if wl.transpose_a else (i, k))]
+
+    def b(lead, j, k):
+        return B[lead + ((j, k) if wl.transpose_b else (k, j))]
+    return a, b
+
+
 def matmul_compute(wl, A=None, B=None, acc=None):
     """TE tensors [A, B, C] of the plain matmul (given A and B tensors, or placeholders);
     accumulation in out_dtype, or in ``acc`` and then cast to out_dtype by block "C_cast" (the
@@ -53,11 +64,10 @@ def matmul_compute(wl, A=None, B=None, acc=None):
     n_dim = B.shape[-2] if wl.transpose_b else B.shape[-1]
     k = te.reduce_axis((0, k_dim), name="k")
     out = wl.out_dtype
+    a_at, b_at = element_at(wl, A, B)
 
     def body(b, i, j):
-        a = A[lead(b) + ((k, i) if wl.transpose_a else (i, k))]
-        bb = B[lead(b) + ((j, k) if wl.transpose_b else (k, j))]
-        return te.sum(a.astype(out) * bb.astype(out), axis=k)
+        return te.sum(a_at(lead(b), i, k).astype(out) * b_at(lead(b), j, k).astype(out), axis=k)
 
     if batched:
         C = te.compute((A.shape[0], m_dim, n_dim), lambda b, i, j: body(b, i, j), name=MATMUL_BLOCK)

@@ -28,7 +28,7 @@ from typing import List, Sequence
 
 from ..template import ScheduleTemplate
 from ..workload import DTYPE_BYTES
-from .common import (MATMUL_BLOCK, has_block, inline_consumer, inline_producer,
+from .common import (MATMUL_BLOCK, element_at, has_block, inline_consumer, inline_producer,
                      largest_factor, pad_to_tiles)
 
 
@@ -43,12 +43,13 @@ def packed_gemm_compute(wl, xi: int, prepacked: bool = False):
     A = te.placeholder(wl.a_shape, wl.dtype, name="A")
     B = te.placeholder(wl.b_shape, wl.dtype, name="B")
     lead = (lambda b: (b,)) if batched else (lambda b: ())
+    a_el, b_el = element_at(wl, A, B)
 
     def a_at(b, m, k):
-        return A[lead(b) + ((k, m) if wl.transpose_a else (m, k))]
+        return a_el(lead(b), m, k)
 
     def b_at(b, n, k):
-        return B[lead(b) + ((n, k) if wl.transpose_b else (k, n))]
+        return b_el(lead(b), n, k)
 
     nb = wl.batch if batched else 1
     if prepacked:  # a dense weight packed ahead ([N // xi, K, xi]: pack_weight)

@@ -38,7 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...template import ScheduleTemplate
-from ..common import CAST_BLOCK, MATMUL_BLOCK, SLICE_SUM_BLOCK, SPLIT_SUM_BLOCK, matmul_compute
+from ..common import (CAST_BLOCK, MATMUL_BLOCK, SLICE_SUM_BLOCK, SPLIT_SUM_BLOCK, element_at,
+                      matmul_compute)
 from . import intrin
 from .fallback import check_tc, fallback_tc
 from .tiling import (FRAG, WarpTiling, copy_vec, fragments, has_block, has_epilogue,
@@ -144,12 +145,11 @@ def _partial_products(wl, k_len, k_of, acc):
     A = te.placeholder(wl.a_shape, wl.dtype, name="A")
     B = te.placeholder(wl.b_shape, wl.dtype, name="B")
     k = te.reduce_axis((0, k_len), name="k")
+    a_at, b_at = element_at(wl, A, B)
 
     def partial(lead_, s, i, j):
         kk = k_of(s, k)
-        a = A[lead_ + ((kk, i) if wl.transpose_a else (i, kk))]
-        b = B[lead_ + ((j, kk) if wl.transpose_b else (kk, j))]
-        return te.sum(a.astype(acc) * b.astype(acc), axis=k)
+        return te.sum(a_at(lead_, i, kk).astype(acc) * b_at(lead_, j, kk).astype(acc), axis=k)
 
     return A, B, partial
 
