@@ -27,6 +27,9 @@ CPU_SUITE = {
     "small_m": Workload.create("dense", (32, 1024, 1024), layout="NT"),
     "small_bmm": Workload.create("batch_matmul", (64, 64, 64, 64), layout="NN"),
     "odd": Workload.create("dense", (257, 509, 131), layout="NT"),
+    # A prime M with model-sized N and K: ViT-B/16's MLP (197 tokens, 768 -> 3072), the weight
+    # stored [N, K] (M padded to the register tile, B packed as it is).
+    "odd_m": Workload.create("dense", (197, 3072, 768), layout="NT"),
 }
 # The same roles on tiny shapes: a smoke run (CI, tests) that still goes through every path.
 CPU_QUICK = {
