@@ -4,6 +4,8 @@ import os
 
 import numpy as np
 import pytest
+import tvm
+from tvm import s_tir, te
 
 import tvm_ext
 from tvm_ext import record
@@ -12,6 +14,8 @@ from tvm_ext.result import MeasureErrorNo, MeasureResult
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
 from tvm_ext.measure.check import random_inputs, reference_matmul, tolerance
+from tvm_ext.ops.common import matmul_compute
+from tvm_ext.ops.x86_gemm import divides
 
 CASES = [("batch_matmul", (2, 48, 64, 40)), ("dense", (24, 96, 56))]
 # CPU targets by their vector facts, whatever this host is (nothing built for them is run unless
@@ -246,19 +250,32 @@ def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
     registers (``x86_intrin``: LLVM IR imported into the kernel and inlined), not by a vector
     loop that gathers each vector at a stride of K; B stored [K, N] packs by plain copies. The
     answers match numpy for f32 and f64, and a K that is no whole number of blocks keeps the
-    vector loop."""
+    vector loop. So do kernels of the plain matmul compute, packed in the schedule (the form
+    of Relax's and MetaSchedule's matmuls, and of shapes the tiles do not divide), where B
+    itself is packed (only M padded: 23 rows); a padded B (N = 120, K = 62) keeps the loop."""
     rng = np.random.default_rng(3)
     for op, shape, dtype, blocks in (("dense", (24, 128, 64), "float32", True),
                                      ("batch_matmul", (2, 24, 64, 48), "float32", True),
                                      ("dense", (24, 64, 64), "float64", True),
-                                     ("dense", (24, 128, 40), "float32", False)):
+                                     ("dense", (24, 128, 40), "float32", False),
+                                     ("dense", (23, 128, 64), "float32", True),
+                                     ("batch_matmul", (2, 23, 64, 48), "float32", True),
+                                     ("dense", (23, 120, 64), "float32", False),
+                                     ("dense", (23, 128, 62), "float32", False)):
         wl = Workload.create(op, shape, dtype, layout=layout)
         task = Task(wl, "llvm")
         cfg = task.fallback_config()
-        script = task.template.make_func(wl, cfg, task.facts, task.target).script()
         lanes = task.facts["vector_lanes"]
         want = blocks and layout != "NN" and cfg["tile_x"].size[-1] % lanes == 0
-        assert (f"tvm_ext_transpose_{lanes}_{dtype}" in script) == want, (op, shape, cfg)
+        funcs = [task.template.make_func(wl, cfg, task.facts, task.target)]
+        if op == "dense" and divides(wl, cfg):  # the same config on the plain compute
+            sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(
+                matmul_compute(wl))}))
+            task.template.schedule(sch, cfg, wl, task.facts)
+            funcs.append(sch.mod["main"])
+        for func in funcs:
+            script = func.script()
+            assert (f"tvm_ext_transpose_{lanes}_{dtype}" in script) == want, (op, shape, cfg)
         lib = task.build(cfg)
         asm = lib.mod.inspect_source("asm").splitlines()  # inlined: no call of it is left
         assert not [line for line in asm if "call" in line and "tvm_ext_transpose" in line]

@@ -24,6 +24,7 @@ yt = 1, xo = 1.
 """
 from __future__ import annotations
 
+import functools
 from typing import List, Sequence
 
 from ..template import ScheduleTemplate
@@ -181,6 +182,9 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             index_map = (lambda b, k, n: (b, n // xi, k, n % xi)) if batched else \
                 (lambda k, n: (n // xi, k, n % xi))
         sch.transform_layout(pack, ("write", 0), index_map)
+        if _panel_loops(sch, pack, wl, xi, lanes):  # B itself, not padded: its panels'
+            sch.transform_block_layout(pack, index_map)  # order, as the packed compute
+            packed_compute = True
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
@@ -210,6 +214,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     if has_block(sch, "A_pad"):  # a padded M or K: the zeros of A, read in the micro-kernel
         # (a per-task copy of A's rows instead measured 1.5x slower on 257 x 509 x 131)
         sch.compute_inline(sch.get_sblock("A_pad"))
+        _clamp_padded_rows(sch, c, wl)
     transposed = packed_compute and _transposed_pack(sch, pack, outer, wl, lanes)
     own = sch.get_loops(pack) if pack is not None and not transposed else None
     if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
@@ -222,13 +227,74 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     sch.decompose_reduction(c, ko)
 
 
+def _clamp_padded_rows(sch, c, wl):
+    """The padded rows of A read as A's last row instead of as zeros: ``if_then_else(i < M,
+    A[i, k], 0)`` (the inlined pad) becomes ``A[min(i, M - 1), k]``, so that the micro-kernel
+    has no branch per broadcast of A (LLVM cannot turn a guarded load into a select); the
+    padded rows of C are cropped, never written, so what they hold does not matter. A padded
+    K keeps its zeros (they meet the zeros of B's panel: an inf of A times a zero would be a
+    NaN). Measured on dense 197x3072x768 NT (CPU suite row ``odd_m``; docs/BENCHMARKS.md)."""
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.ir import Call, TensorLoad  # noqa: PLC0415
+
+    row = -1 if wl.transpose_a else -2  # A's M index
+
+    def conjuncts(e):
+        return conjuncts(e.a) + conjuncts(e.b) if isinstance(e, tirx.And) else [e]
+
+    def clamp(e):
+        if isinstance(e, Call) and e.op.name.endswith("if_then_else") and \
+                isinstance(e.args[1], TensorLoad) and e.args[1].source.name == "A":
+            keep, idx = [], list(e.args[1].indices)
+            for cond in conjuncts(e.args[0]):
+                if isinstance(cond, tirx.LT) and cond.a.same_as(idx[row]):
+                    idx[row] = tirx.max(tirx.min(idx[row], cond.b - 1), 0)
+                else:
+                    keep.append(cond)
+            load = tirx.BufferLoad(e.args[1].source, idx)
+            if not keep:
+                return load
+            return tirx.if_then_else(functools.reduce(tirx.And, keep), load, e.args[2])
+        if isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul)):
+            return type(e)(clamp(e.a), clamp(e.b))
+        if isinstance(e, tirx.Cast):
+            return tirx.Cast(e.dtype, clamp(e.value))
+        return e
+
+    block = sch.get(c)
+    store = block.body
+    new = type(block)(block.iter_vars, block.reads, block.writes, block.name_hint,
+                      tirx.BufferStore(store.buffer, clamp(store.value), store.indices),
+                      block.init, block.alloc_buffers, block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(c), new, {block: new})
+
+
+def _panel_loops(sch, pack, wl, xi: int, lanes: int) -> bool:
+    """Whether the pack of the plain compute (a Relax or MetaSchedule matmul, or a shape
+    padded in the schedule) can be the packed compute's: its loops in the panels' order
+    (``transform_block_layout``), so that ``_transposed_pack`` applies. Where B is stored
+    [N, K] and is not padded (no "_pad" producer: only M is), in whole lanes x lanes blocks."""
+    from tvm import tirx  # noqa: PLC0415
+
+    from .x86_intrin import LLVM_TYPES  # noqa: PLC0415
+    if lanes < 2 or lanes & (lanes - 1) or not wl.transpose_b or wl.dtype not in LLVM_TYPES \
+            or xi % lanes:
+        return False
+    if any(sch.get(p).name_hint.endswith("_pad") for p in sch.get_producers(pack)):
+        return False
+    n, k = [sch.get(loop).extent for loop in sch.get_loops(pack)[-2:]]
+    return all(isinstance(e, tirx.IntImm) for e in (n, k)) and n.value % xi == 0 \
+        and k.value % lanes == 0
+
+
 def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     """Pack a B stored [N, K] (NT) into its panels by lanes x lanes register transposes
     (``x86_intrin.transpose_intrin``: lanes row loads along K, shuffles, lanes row stores)
     instead of a vector loop over the panel's width, which LLVM builds from scalar loads at a
-    stride of K. Where the panel's width and its K are whole blocks (the packed compute: the
-    tiles divide the shape); returns whether it did. With it (and its record re-tuned) the CPU
-    bench's dense 128x3072x768 NT row went from 1.16x to 1.31-1.34x numpy (docs/BENCHMARKS.md)."""
+    stride of K. Where the panel's width and its K are whole blocks (the packed compute, or
+    the plain one whose B is not padded: ``_panel_loops``); returns whether it did. With it
+    (and its record re-tuned) the CPU bench's dense 128x3072x768 NT row went from 1.16x to
+    1.31-1.34x numpy (docs/BENCHMARKS.md)."""
     from tvm import tirx  # noqa: PLC0415
 
     from .x86_intrin import LLVM_TYPES, transpose_intrin, transpose_ir  # noqa: PLC0415
