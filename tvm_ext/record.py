@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -380,11 +381,41 @@ def best_for(records: Sequence[Record], workload: Workload, target) -> Optional[
     return ranked[0] if ranked else None
 
 
+@functools.lru_cache(maxsize=None)
+def _plain_defaults(template: str) -> Dict[str, object]:
+    """The space file's plain knob defaults of a template ({} for one without a file)."""
+    from .space.spec import knob_defaults, load_space_spec  # noqa: PLC0415
+    try:
+        return knob_defaults(load_space_spec(template))
+    except TvmExtError:
+        return {}
+
+
+def latest_measurements(records: Sequence[Record]) -> List[Record]:
+    """``records`` less those superseded: where one config of one template was measured more
+    than once on one target, only its latest measurement (by timestamp; on a tie, the later
+    line) stands. Its earlier times measured the template's code of then, on that machine's
+    state of then (a GPU's clock moves by 15% between a cool and a hot card), and a config
+    compared with the others by its fastest stale time wins on luck. Re-measuring the
+    contenders of a workload together (``tune --set``) re-ranks them (docs/BENCHMARKS.md)."""
+    latest = {}
+    for r in records:
+        # a knob added to a template after the record was written: its space-file default
+        # is what the record measured (the new knob's default keeps the old kernel)
+        values = {**_plain_defaults(r.task_name), **r.config.values_dict()}
+        key = (r.task_name, r.target, tuple(sorted((k, str(v)) for k, v in values.items())))
+        if key not in latest or r.result.timestamp >= latest[key].result.timestamp:
+            latest[key] = r
+    kept = {id(r) for r in latest.values()}
+    return [r for r in records if id(r) in kept]
+
+
 def ranked_for(records: Sequence[Record], workload: Workload, target) -> List[Record]:
     """The valid records of ``workload`` that apply to ``target``, best first: those measured
     on the target's own machine (its GPU model, or its CPU) fastest first, then the others
     fastest first (a time measured on another machine does not rank kernels for this one)."""
     machine = target_machine(target)
-    mine = [r for r in for_target(records, target) if r.key() == workload.key() and r.result.ok]
+    mine = latest_measurements([r for r in for_target(records, target)
+                                if r.key() == workload.key() and r.result.ok])
     return sorted(mine, key=lambda r: (machine is None or target_machine(r.target) != machine,
                                        r.result.mean))
