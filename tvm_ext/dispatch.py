@@ -205,6 +205,32 @@ class Kernel:
         return float(np.median(timer(*args).results))
 
 
+def record_config(best: rec.Record, workload: Workload, target, *, schedulable: bool = False):
+    """(task, RecordFit, legacy meaning) of a record applied to ``workload`` on ``target``: its
+    template's task, its knobs as they meant in the TVM version that wrote it, completed and
+    checked against the space's rules; else the reason it does not apply (a string that
+    follows the record's label)."""
+    try:
+        task = Task(workload, target, template=best.task_name)
+    except TvmExtError as err:  # e.g. a record of a template that takes no epilogue
+        return f": {err}"
+    if schedulable and not task.template.schedulable:
+        return (f": {task.name} writes its own kernel, which a fused Relax function cannot "
+                "take (it gets a template with a schedule)")
+    try:  # what the record's knobs meant in the TVM version that wrote it
+        meaning = legacy.translate(best, task.space)
+    except SpaceError as err:  # no space of this template for the shape
+        return f": {err}"
+    if not meaning.applies:
+        return f" (TVM {best.tvm_version or 'unknown'}): {meaning.reason}"
+    config = best.config if meaning.values is None else \
+        task.space.config_from_values(meaning.values, fallback=False)
+    fit = task.fit_record(config)
+    if fit.problems:
+        return f": {'; '.join(fit.problems)}"
+    return task, fit, meaning
+
+
 def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     """(Task, Choice) for a workload: the best applicable record of the current context,
     else the fallback config of the highest-priority template. ``schedulable``: only templates
@@ -225,31 +251,11 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     for best, anchor in candidates:
         label = f"{workload}: {best.task_name} record " \
                 f"{'of the anchor matmul ' if anchor else ''}tuned on {describe(best.target)}"
-        try:
-            task = Task(workload, target, template=best.task_name)
-        except TvmExtError as err:  # e.g. a record of a template that takes no epilogue
-            ctx.report.skipped.append(f"{label}: {err}")
+        applied = record_config(best, workload, target, schedulable=schedulable)
+        if isinstance(applied, str):
+            ctx.report.skipped.append(f"{label}{applied}")
             continue
-        if schedulable and not task.template.schedulable:
-            ctx.report.skipped.append(f"{label}: {task.name} writes its own kernel, which a "
-                                      "fused Relax function cannot take (it gets a template "
-                                      "with a schedule)")
-            continue
-        try:  # what the record's knobs meant in the TVM version that wrote it
-            meaning = legacy.translate(best, task.space)
-        except SpaceError as err:  # no space of this template for the shape
-            ctx.report.skipped.append(f"{label}: {err}")
-            continue
-        if not meaning.applies:
-            ctx.report.skipped.append(f"{label} (TVM {best.tvm_version or 'unknown'}): "
-                                      f"{meaning.reason}")
-            continue
-        config = best.config if meaning.values is None else \
-            task.space.config_from_values(meaning.values, fallback=False)
-        fit = task.fit_record(config)
-        if fit.problems:
-            ctx.report.skipped.append(f"{label}: {'; '.join(fit.problems)}")
-            continue
+        task, fit, meaning = applied
         found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
                               fit.completed, meaning.reason if meaning.values else "", anchor))
         if not fit.completed:
