@@ -1,0 +1,61 @@
+"""``tvm_ext.rerank``: a log's configs of one workload measured again in turn, on the CPU."""
+import numpy as np
+import pytest
+
+from tvm_ext import record
+from tvm_ext.rerank import main, rerank
+from tvm_ext.result import MeasureResult
+from tvm_ext.target import host_cpu_target
+from tvm_ext.task import Task
+from tvm_ext.workload import Workload
+
+CPU = host_cpu_target()
+WL = Workload.create("dense", (64, 128, 64), layout="NT")
+
+
+def _log(tmp_path):
+    """Three configs of WL: stale times (the slowest-looking one absurdly fast), one of them
+    recorded twice, and a record of another machine."""
+    task = Task(WL, CPU)
+    picks = [task.fallback_config()] + \
+        [task.config(i) for i in task.space.random_valid(np.random.default_rng(5), 2)]
+    assert len({str(c) for c in picks}) == 3
+
+    def line(cfg, cost, stamp, target=task.target_str):
+        return record.encode(target, task.name, WL, cfg, MeasureResult([cost], 0, 0.1, stamp))
+    other = '{"kind": "llvm", "keys": ["cpu"], "mcpu": "znver3", "num-cores": 2}'
+    log = tmp_path / "log.json"
+    record.append(log, [line(picks[0], 5e-3, 1.0), line(picks[1], 4e-3, 1.0),
+                        line(picks[2], 1e-9, 1.0), line(picks[0], 2e-3, 0.5),
+                        line(picks[1], 1e-10, 1.0, target=other)])
+    return log, picks
+
+
+def test_rerank_measures_each_config_in_turn_and_its_times_rank_them(tmp_path):
+    log, picks = _log(tmp_path)
+    results = rerank(WL, CPU, [str(log)], rounds=3, warmup=0.0)
+    assert sorted(str(c) for _, c, _, _ in results) == sorted(str(c) for c in picks)
+    new = record.load(log)[5:]
+    assert len(new) == 3 and all(r.result.timestamp > 1.0 and len(r.result.costs) == 3
+                                 for r in new)
+    assert all(0 < c < 1 for r in new for c in r.result.costs)
+    best = record.best_for(record.load(log), WL, CPU)
+    assert best.result.mean == min(r.result.mean for r in new)  # not the stale 1e-9
+    medians = [np.median(costs) for _, _, _, costs in results]
+    assert medians == sorted(medians)
+    # the other machine's record is left as it was
+    assert [r.result.mean for r in record.load(log) if "znver3" in r.target] == [1e-10]
+
+
+def test_rerank_says_what_is_wrong_before_measuring(tmp_path, capsys):
+    log, _ = _log(tmp_path)
+    assert main(["--log", str(tmp_path / "none.json"), "--op", "dense", "--shape",
+                 "64x128x64", "--target", "llvm"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["--log", str(log), "--op", "dense", "--shape", "64x128x32",
+                 "--target", "llvm"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "nothing to re-rank" in err and len(err.splitlines()) == 1
+    with pytest.raises(Exception, match="rounds"):
+        rerank(WL, CPU, [str(log)], rounds=0)
+    assert len(record.load(log)) == 5  # nothing appended

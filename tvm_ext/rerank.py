@@ -1,0 +1,163 @@
+"""``python -m tvm_ext.rerank``: every config that logs hold for one workload on this machine,
+measured again side by side in one process, the new times appended to a log.
+
+    python -m tvm_ext.rerank --log logs/cuda_sm90.json --op dense --shape 8192x8192x8192 \\
+        --dtype float16 --out-dtype float16 --layout NT [--rounds 9] [--out LOG]
+
+A tuner times each config alone, right after its build, and a log's records of one workload
+come from several tuning runs, days apart. On a GPU that runs near its power limit the times
+then move with the card's clock more than with the config: one grid of six 8192^3 f16
+configs on an H100 recorded 1.43-1.84 ms, and a record of 1.475 ms ran at 0.99x of cuBLAS in
+the bench's process, where another config of the same log ran 3% faster (docs/BENCHMARKS.md,
+"re-ranking"). Here every config is built, checked against numpy, and then all of them are
+sampled in turn (``--rounds`` rounds, after ``--warmup`` seconds of all of them running in
+turn), so each time is taken at the same clock and temperature as the others. The new
+records carry those times; a config measured again ranks by its latest measurement
+(``record.latest_measurements``), so the workload's best is the best of this comparison.
+Records of another machine, and records that no longer apply, are left as they are.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from .errors import TvmExtError
+
+PROG = "tvm_ext.rerank"
+
+
+def _contenders(workload, target, logs: Sequence[str]):
+    """[(task, config, record)] of the distinct configs the logs hold for ``workload`` that
+    were measured on ``target``'s machine and apply today (``dispatch.record_config``)."""
+    from . import record as rec  # noqa: PLC0415
+    from .dispatch import record_config  # noqa: PLC0415
+    from .target import target_machine  # noqa: PLC0415
+    records = [r for log in logs for r in rec.load(log)]
+    machine = target_machine(target)
+    out, seen = [], set()
+    for r in rec.ranked_for(records, workload, target):
+        if target_machine(r.target) != machine:
+            continue
+        applied = record_config(r, workload, target)
+        if isinstance(applied, str):
+            print(f"  left as it is: {r.task_name} {r.config}{applied}", flush=True)
+            continue
+        task, fit, _ = applied
+        key = (task.name, str(sorted(fit.config.values_dict().items())))
+        if key not in seen:
+            seen.add(key)
+            out.append((task, fit.config, r))
+    return out
+
+
+def _sampler(task, config, data, timing: str):
+    """A function returning one time (seconds a call) of the built config on ``data``'s
+    arguments, after one checked run; or a string saying why it cannot be timed."""
+    from .measure.timing import GraphSampler, resolve  # noqa: PLC0415
+    mod = task.build(config).mod
+    data.reset()
+    mod["main"](*data.args)
+    data.dev.sync()
+    problem = data.problem()
+    if problem:
+        return f"wrong answer: {problem}"
+    func, args = mod["main"], tuple(data.args)
+    if resolve(timing, data.dev) == "graph":
+        return GraphSampler(lambda: func(*args), replay_ms=5.0).sample
+    timer = mod.time_evaluator("main", data.dev, number=1, repeat=1, min_repeat_ms=50)
+    return lambda: timer(*args).results[0]
+
+
+def rerank(workload, target, logs: Sequence[str], *, rounds: int = 9, warmup: float = 1.0,
+           timing: str = "auto", out: Optional[str] = None) -> List[tuple]:
+    """Measure the logs' configs of ``workload`` on this machine in turn (see the module doc);
+    append one record per config to ``out`` (default: the first log). Returns [(task, config,
+    old record, new costs or the reason it was not timed)], fastest first."""
+    from . import record as rec  # noqa: PLC0415
+    from .measure.runner import kept_args, run_device  # noqa: PLC0415
+    from .result import MeasureResult  # noqa: PLC0415
+    if rounds < 1:
+        raise TvmExtError(f"--rounds {rounds}: must be >= 1")
+    if warmup < 0:
+        raise TvmExtError(f"--warmup {warmup}: must be >= 0 seconds")
+    contenders = _contenders(workload, target, logs)
+    if not contenders:
+        raise TvmExtError(f"no record in {', '.join(map(str, logs))} applies to {workload} "
+                          f"on this machine: nothing to re-rank")
+    dev = run_device(contenders[0][0].target)  # a CPU: every core the tuner measured on
+    if not dev.exist:
+        raise TvmExtError(f"no {dev} device here: re-ranking measures on the machine")
+    data = kept_args(contenders[0][0], dev, seed=0)
+    samplers = {}
+    for k, (task, config, _) in enumerate(contenders):
+        t0 = time.perf_counter()
+        samplers[k] = _sampler(task, config, data, timing)
+        samplers[k] = (samplers[k], time.perf_counter() - t0)
+    timed = {k: s for k, (s, _) in samplers.items() if callable(s)}
+    end = time.perf_counter() + warmup
+    while timed and time.perf_counter() < end:  # all of them, in turn: the card's steady state
+        for s in timed.values():
+            s()
+    costs = {k: [] for k in timed}
+    for _ in range(rounds):
+        for k, s in timed.items():
+            costs[k].append(s())
+    now, lines, results = time.time(), [], []
+    for k, (task, config, old) in enumerate(contenders):
+        if k not in timed:
+            results.append((task, config, old, samplers[k][0]))
+            continue
+        res = MeasureResult(costs[k], 0, samplers[k][1], now)
+        lines.append(rec.encode(task.target_str, task.name, workload, config, res))
+        results.append((task, config, old, costs[k]))
+    rec.append(Path(out or logs[0]), lines)
+    return sorted(results, key=lambda r: np.median(r[3]) if isinstance(r[3], list)
+                  else float("inf"))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    from .tune import LAYOUTS, OPS, _workload  # noqa: PLC0415
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--log", nargs="+", required=True, help="logs whose records to re-measure")
+    p.add_argument("--out", help="log to append the new records to (default: the first --log)")
+    p.add_argument("--op", default="batch_matmul", help=f"operator: {', '.join(OPS)}")
+    p.add_argument("--shape", required=True, help="BxMxNxK for batch_matmul, MxNxK for dense")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--out-dtype")
+    p.add_argument("--layout", default="NT", help=f"one of {', '.join(LAYOUTS)}")
+    p.add_argument("--epilogue", default="")
+    p.add_argument("--target", help="as tune's --target (default: the visible GPU, else llvm)")
+    p.add_argument("--rounds", type=int, default=9, help="samples of each config (default 9)")
+    p.add_argument("--warmup", type=float, default=1.0,
+                   help="seconds of all configs in turn before the samples (default 1)")
+    p.add_argument("--timing", default="auto", choices=("auto", "graph", "evaluator"))
+    args = p.parse_args(argv)
+    try:
+        from .target import parse_target  # noqa: PLC0415
+        args.target_obj = parse_target(args.target)
+        wl = _workload(args)
+        for log in args.log:
+            if not Path(log).is_file():
+                raise TvmExtError(f"--log {log}: no such file")
+        results = rerank(wl, args.target_obj, args.log, rounds=args.rounds,
+                         warmup=args.warmup, timing=args.timing, out=args.out)
+    except TvmExtError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{wl}: {len(results)} configs measured in turn, {args.rounds} rounds, appended to "
+          f"{args.out or args.log[0]}")
+    for task, config, old, costs in results:
+        was = f"recorded {old.result.mean * 1e3:.4f} ms"
+        now = f"{np.median(costs) * 1e3:.4f} ms (spread {min(costs) * 1e3:.4f}-" \
+              f"{max(costs) * 1e3:.4f})" if isinstance(costs, list) else costs
+        print(f"  {now}  {was}  {task.name} {config}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
