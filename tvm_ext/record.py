@@ -319,10 +319,12 @@ def for_target(records: Sequence[Record], target) -> List[Record]:
 
 
 def _fastest(records: Iterable[Record], target, key) -> Dict[tuple, Record]:
+    """The fastest record per ``key`` of the valid records (those of ``target``), each config
+    at its latest measurement (``latest_measurements``)."""
     best: Dict[tuple, Record] = {}
-    for r in records:
-        if not r.result.ok or (target is not None and not target_matches(r.target, target)):
-            continue
+    valid = [r for r in records
+             if r.result.ok and (target is None or target_matches(r.target, target))]
+    for r in latest_measurements(valid):
         k = key(r)
         if k not in best or r.result.mean < best[k].result.mean:
             best[k] = r

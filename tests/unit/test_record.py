@@ -172,6 +172,9 @@ def test_a_config_measured_again_keeps_only_its_latest_time(tmp_path):
         [(16, 0.7e-3), (8, 1.05e-3), (4, 1.2e-3), (2, 1.3e-3), (1, 1.4e-3), (16, 1.5e-3),
          (2, 0.9e-3)]
     assert record.best_for(recs, WL, json.loads(LLVM)).result.mean == 0.7e-3
+    # the same for a log's best per workload and target (merge_logs(best_only=True), --best)
+    twice = [r for r in recs if r.config["tile_y"].size[-1] == 2 and "znver3" not in r.target]
+    assert [r.result.mean for r in record.best_per_target(twice).values()] == [1.3e-3]
 
 
 def test_tvm019_autotvm_log_loads():
