@@ -24,6 +24,17 @@ def test_cpu_suite_quick(tmp_path, capsys):
     assert "ratio" in capsys.readouterr().out
 
 
+def test_cpu_suite_only_runs_the_rows_it_names(tmp_path):
+    """``--only`` picks the CPU suite's rows ("chain": its two matmuls and the exp)."""
+    out = tmp_path / "rows.json"
+    assert main(["--suite", "cpu", "--quick", "--only", "odd", "chain", "--log",
+                 str(tmp_path / "none.json"), "--repeat", "1", "--json", str(out)]) == 0
+    assert [r["name"].split()[0] for r in json.loads(out.read_text())] == ["odd", "chain"]
+    assert main(["--suite", "cpu", "--quick", "--only", "gemv", "--log",
+                 str(tmp_path / "none.json"), "--repeat", "1", "--json", str(out)]) == 0
+    assert [r["name"].split()[0] for r in json.loads(out.read_text())] == ["gemv"]
+
+
 def test_tuning_cost_quick(tmp_path, capsys):
     """--suite tuning-cost on the CPU: XGB from scratch against a log's best records, stopping
     with the batch that reaches 90% of each record's speed."""

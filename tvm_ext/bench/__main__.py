@@ -168,6 +168,14 @@ def main(argv=None) -> int:
                                  target=target)
         else:
             from .cpu import run_cpu  # noqa: PLC0415
+            if args.only:  # "chain" names the chain's two matmuls
+                only = set(args.only) | ({"chain_mm1", "chain_mm2"} if "chain" in args.only
+                                         else set())
+                keys = ["chain"] + [k for k in suite if not k.startswith("chain")]
+                suite = {k: v for k, v in suite.items() if k in only}
+                if not suite:
+                    raise TvmExtError(f"--only: no workload of the cpu suite is named "
+                                      f"{' '.join(args.only)} (keys: {', '.join(keys)})")
             rows = run_cpu(suite, log=log, repeat=args.repeat, metaschedule=args.metaschedule,
                            ms_workdir=args.ms_workdir, target=target)
     except TvmExtError as err:
