@@ -393,19 +393,29 @@ def _plain_defaults(template: str) -> Dict[str, object]:
         return {}
 
 
+def _canonical_target(target: str) -> str:
+    """A record's target string with its JSON keys in one order (writers differ in order)."""
+    try:
+        return json.dumps(json.loads(target), sort_keys=True)
+    except ValueError:
+        return target
+
+
 def latest_measurements(records: Sequence[Record]) -> List[Record]:
     """``records`` less those superseded: where one config of one template was measured more
     than once on one target, only its latest measurement (by timestamp; on a tie, the later
     line) stands. Its earlier times measured the template's code of then, on that machine's
     state of then (a GPU's clock moves by 15% between a cool and a hot card), and a config
     compared with the others by its fastest stale time wins on luck. Re-measuring the
-    contenders of a workload together (``tune --set``) re-ranks them (docs/BENCHMARKS.md)."""
+    contenders of a workload together (``python -m tvm_ext.rerank``) re-ranks them
+    (docs/BENCHMARKS.md)."""
     latest = {}
     for r in records:
         # a knob added to a template after the record was written: its space-file default
         # is what the record measured (the new knob's default keeps the old kernel)
         values = {**_plain_defaults(r.task_name), **r.config.values_dict()}
-        key = (r.task_name, r.target, tuple(sorted((k, str(v)) for k, v in values.items())))
+        key = (r.task_name, _canonical_target(r.target),
+               tuple(sorted((k, str(v)) for k, v in values.items())))
         if key not in latest or r.result.timestamp >= latest[key].result.timestamp:
             latest[key] = r
     kept = {id(r) for r in latest.values()}

@@ -152,7 +152,8 @@ def test_a_config_measured_again_keeps_only_its_latest_time(tmp_path):
     faster time does not win over the other configs' new ones. Other machines' records and
     other configs are untouched; on equal timestamps the later line stands. A knob the older
     record lacks (added to the template since) is the same config at its space-file default
-    (``xc`` 1), not at another value."""
+    (``xc`` 1), not at another value; a target string with its keys in another order is the
+    same target."""
     def line(cost, index, stamp, target=LLVM, **extra):
         cfg = ConfigEntity(index, {"tile_y": SplitEntity([-1, 2 ** index]),
                                    "tile_x": SplitEntity([-1, 16]),
@@ -160,16 +161,18 @@ def test_a_config_measured_again_keeps_only_its_latest_time(tmp_path):
         res = MeasureResult([cost], 0, 0.1, stamp, "")
         return record.encode(target, "batch_matmul.x86", WL, cfg, res)
     other = '{"keys": ["cpu"], "kind": "llvm", "mcpu": "znver3"}'
+    reordered = '{"kind": "llvm", "mcpu": "znver5", "keys": ["cpu"]}'  # LLVM, keys reordered
     log = tmp_path / "again.json"
     record.append(log, [line(1.0e-3, 1, 10.0), line(1.2e-3, 2, 20.0), line(1.3e-3, 1, 30.0),
                         line(0.9e-3, 1, 5.0, target=other), line(1.1e-3, 3, 7.0),
                         line(1.05e-3, 3, 7.0), line(0.8e-3, 0, 1.0),
                         line(1.4e-3, 0, 2.0, xc=OtherOptionEntity(1)),
-                        line(0.7e-3, 4, 1.0), line(1.5e-3, 4, 2.0, xc=OtherOptionEntity(2))])
+                        line(0.7e-3, 4, 1.0), line(1.5e-3, 4, 2.0, xc=OtherOptionEntity(2)),
+                        line(1.6e-3, 2, 40.0, target=reordered)])
     recs = record.load(log)
     ranked = record.ranked_for(recs, WL, json.loads(LLVM))
     assert [(r.config["tile_y"].size[-1], r.result.mean) for r in ranked] == \
-        [(16, 0.7e-3), (8, 1.05e-3), (4, 1.2e-3), (2, 1.3e-3), (1, 1.4e-3), (16, 1.5e-3),
+        [(16, 0.7e-3), (8, 1.05e-3), (2, 1.3e-3), (1, 1.4e-3), (16, 1.5e-3), (4, 1.6e-3),
          (2, 0.9e-3)]
     assert record.best_for(recs, WL, json.loads(LLVM)).result.mean == 0.7e-3
     # the same for a log's best per workload and target (merge_logs(best_only=True), --best)
