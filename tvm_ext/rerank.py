@@ -125,7 +125,7 @@ def rerank(workload, target, logs: Sequence[str], *, rounds: int = 9, warmup: fl
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from .tune import LAYOUTS, OPS, _workload  # noqa: PLC0415
+    from .workload import LAYOUTS, OPS, cli_workload  # noqa: PLC0415
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--log", nargs="+", required=True, help="logs whose records to re-measure")
     p.add_argument("--out", help="log to append the new records to (default: the first --log)")
@@ -144,7 +144,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         from .target import parse_target  # noqa: PLC0415
         args.target_obj = parse_target(args.target)
-        wl = _workload(args)
+        wl = cli_workload(args.op, args.shape, args.dtype, args.out_dtype, args.layout,
+                          args.epilogue)
         for log in args.log:
             if not Path(log).is_file():
                 raise TvmExtError(f"--log {log}: no such file")

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from .errors import TvmExtError, run_command
-from .workload import (DEFAULT_SHAPES, LAYOUTS, OPS, Family, Workload, is_family_text,
-                       parse_shape)
+from .workload import DEFAULT_SHAPES, OPS, Family, Workload, cli_workload, is_family_text
 
 PROG = "tvm_ext.tune"
 logger = logging.getLogger("tvm_ext")
@@ -124,17 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _workload(args) -> Workload:
     from .target import target_info  # noqa: PLC0415
-    if args.op not in OPS:
-        raise TvmExtError(f"unknown op '{args.op}' (known: {', '.join(OPS)})")
-    if args.layout not in LAYOUTS:
-        raise TvmExtError(f"unknown layout '{args.layout}' (known: {', '.join(LAYOUTS)})")
-    if args.shape is not None:  # --shape "" is a malformed shape, not the default one
-        shape = parse_shape(args.shape, args.op)
-    else:
-        kind = "gpu" if target_info(args.target_obj)["kind"] == "cuda" else "cpu"
-        shape = DEFAULT_SHAPES[(args.op, kind)]
-    return Workload.create(args.op, shape, args.dtype, args.out_dtype, args.layout,
-                           epilogue=args.epilogue)
+    kind = "gpu" if target_info(args.target_obj)["kind"] == "cuda" else "cpu"
+    return cli_workload(args.op, args.shape, args.dtype, args.out_dtype, args.layout,
+                        args.epilogue, default=DEFAULT_SHAPES.get((args.op, kind)))
 
 
 def default_log(op: str, target) -> Path:

@@ -327,6 +327,19 @@ def parse_shape(text: str, op: str) -> Tuple[int, ...]:
     return dims
 
 
+def cli_workload(op: str, shape: Optional[str], dtype: str, out_dtype: Optional[str],
+                 layout: str, epilogue: str = "", default: Optional[Sequence[int]] = None):
+    """The workload of the command lines' --op, --shape (``default`` where None), --dtype,
+    --out-dtype, --layout and --epilogue; a one-line WorkloadError for a bad one."""
+    if op not in OPS:
+        raise WorkloadError(f"unknown op '{op}' (known: {', '.join(OPS)})")
+    if layout not in LAYOUTS:
+        raise WorkloadError(f"unknown layout '{layout}' (known: {', '.join(LAYOUTS)})")
+    # --shape "" is a malformed shape, not the default one
+    dims = parse_shape(shape, op) if shape is not None else tuple(default)
+    return Workload.create(op, dims, dtype, out_dtype, layout, epilogue=epilogue)
+
+
 # ---- shape families: a workload whose dims are fixed, a set, a range, or anything ----
 
 AXES = ("B", "M", "N", "K")
