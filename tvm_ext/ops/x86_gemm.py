@@ -154,11 +154,12 @@ def divides(wl, cfg) -> bool:
 
 def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
                          tile_k: Sequence[int], inner: int, unroll_k: bool = True,
-                         prepacked: bool = False, lanes: int = 0):
+                         prepacked: bool = False, lanes: int = 0, l1_bytes: int = 0):
     """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki].
     ``prepacked``: B is an input already in panels (``prepacked_kernel``), nothing to pack.
     ``lanes``: the vector lanes of the dtype, for packing a B stored [N, K] by register
-    transposes of lanes x lanes blocks (``_transposed_pack``; 0: never)."""
+    transposes of lanes x lanes blocks (``_transposed_pack``; 0: never); ``l1_bytes``: the
+    L1 data cache, above which a padded B stored [N, K] packs across a panel's width."""
     _, yo, yi = tile_y
     _, xo, xi = tile_x
     ki = tile_k[-1]
@@ -182,9 +183,17 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             index_map = (lambda b, k, n: (b, n // xi, k, n % xi)) if batched else \
                 (lambda k, n: (n // xi, k, n % xi))
         sch.transform_layout(pack, ("write", 0), index_map)
-        if _panel_loops(sch, pack, wl, xi, lanes):  # B itself, not padded: its panels'
-            sch.transform_block_layout(pack, index_map)  # order, as the packed compute
-            packed_compute = True
+        if wl.transpose_b:
+            # Where B itself is not padded, in whole blocks: the pack's loops in the panels'
+            # order, as the packed compute's, and its register transposes. A padded B packs
+            # in a vector loop: along K (rows of B loaded whole, their values stored a panel
+            # row apart) while a task's panel fits in L1; across the panel's width (gathered
+            # loads, whole stores) where it does not (dense 64x50257x768: 57.6 ms along K,
+            # 33.6 ms across; 257x509x131: 0.155 ms along K, 0.18 ms across).
+            transposable = _panel_loops(sch, pack, wl, xi, lanes)
+            if transposable or wl.K * xi * DTYPE_BYTES[wl.dtype] > l1_bytes > 0:
+                sch.transform_block_layout(pack, index_map)
+            packed_compute = transposable
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
@@ -209,12 +218,13 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             sch.vectorize(last)
     if pack is not None:
         inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
+        _clamp_padded(sch, pack, "B", -2 if wl.transpose_b else -1)  # its N index
         # Pack this task's B panel inside the task (stays in cache; TIR allocates the panel).
         sch.compute_at(pack, outer)
     if has_block(sch, "A_pad"):  # a padded M or K: the zeros of A, read in the micro-kernel
         # (a per-task copy of A's rows instead measured 1.5x slower on 257 x 509 x 131)
         sch.compute_inline(sch.get_sblock("A_pad"))
-        _clamp_padded_rows(sch, c, wl)
+        _clamp_padded(sch, c, "A", -1 if wl.transpose_a else -2)  # its M index
     transposed = packed_compute and _transposed_pack(sch, pack, outer, wl, lanes)
     own = sch.get_loops(pack) if pack is not None and not transposed else None
     if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
@@ -227,28 +237,31 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     sch.decompose_reduction(c, ko)
 
 
-def _clamp_padded_rows(sch, c, wl):
-    """The padded rows of A read as A's last row instead of as zeros: ``if_then_else(i < M,
-    A[i, k], 0)`` (the inlined pad) becomes ``A[min(i, M - 1), k]``, so that the micro-kernel
-    has no branch per broadcast of A (LLVM cannot turn a guarded load into a select); the
-    padded rows of C are cropped, never written, so what they hold does not matter. A padded
-    K keeps its zeros (they meet the zeros of B's panel: an inf of A times a zero would be a
-    NaN). Measured on dense 197x3072x768 NT (CPU suite row ``odd_m``; docs/BENCHMARKS.md)."""
+def _clamp_padded(sch, c, name: str, row: int):
+    """The padded rows of A (its M index: ``row``) or columns of B (its N index) in block
+    ``c`` read as its last row or column instead of as zeros: ``if_then_else(i < M, A[i, k],
+    0)`` (the inlined pad) becomes ``A[min(i, M - 1), k]``, so that the micro-kernel (for A)
+    or the pack (for B) has no branch per element (LLVM cannot turn a guarded load into a
+    select); the padded rows and columns of C are cropped, never written, so what they hold
+    does not matter. A padded K keeps its zeros (an inf times a zero would be a NaN).
+    Measured on dense 197x3072x768 NT (CPU suite row ``odd_m``) and 64x50257x768 (GPT-2's
+    vocabulary: its weight's pack) (docs/BENCHMARKS.md)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
-
-    row = -1 if wl.transpose_a else -2  # A's M index
 
     def conjuncts(e):
         return conjuncts(e.a) + conjuncts(e.b) if isinstance(e, tirx.And) else [e]
 
+    changed = []
+
     def clamp(e):
         if isinstance(e, Call) and e.op.name.endswith("if_then_else") and \
-                isinstance(e.args[1], TensorLoad) and e.args[1].source.name == "A":
+                isinstance(e.args[1], TensorLoad) and e.args[1].source.name == name:
             keep, idx = [], list(e.args[1].indices)
             for cond in conjuncts(e.args[0]):
                 if isinstance(cond, tirx.LT) and cond.a.same_as(idx[row]):
                     idx[row] = tirx.max(tirx.min(idx[row], cond.b - 1), 0)
+                    changed.append(cond)
                 else:
                     keep.append(cond)
             load = tirx.BufferLoad(e.args[1].source, idx)
@@ -263,8 +276,11 @@ def _clamp_padded_rows(sch, c, wl):
 
     block = sch.get(c)
     store = block.body
+    value = clamp(store.value)
+    if not changed:  # nothing padded along that axis
+        return
     new = type(block)(block.iter_vars, block.reads, block.writes, block.name_hint,
-                      tirx.BufferStore(store.buffer, clamp(store.value), store.indices),
+                      tirx.BufferStore(store.buffer, value, store.indices),
                       block.init, block.alloc_buffers, block.match_buffers, block.annotations)
     sch.state.replace(sch.get_sref(c), new, {block: new})
 
@@ -377,7 +393,8 @@ def _bmm_schedule(sch, cfg, wl, facts):
     xc = cfg.value("xc", 1)
     schedule_packed_gemm(sch, wl, tile_y=[yt, -(-wl.M // yi) // yt, yi], tile_x=[-1, xc, xi],
                          tile_k=cfg["tile_k"].size, inner=inner,
-                         unroll_k=bool(cfg.value("unroll_k", 1)), lanes=facts["vector_lanes"])
+                         unroll_k=bool(cfg.value("unroll_k", 1)), lanes=facts["vector_lanes"],
+                         l1_bytes=facts.get("l1d_bytes", 0))
 
 
 def _padded_k(space, values):
@@ -431,7 +448,7 @@ BATCH_MATMUL_X86 = ScheduleTemplate(
 def _dense_schedule(sch, cfg, wl, facts):
     schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
                          tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1],
-                         lanes=facts["vector_lanes"])
+                         lanes=facts["vector_lanes"], l1_bytes=facts.get("l1d_bytes", 0))
 
 
 def _dense_fallback(space, wl, facts):
