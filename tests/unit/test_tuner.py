@@ -141,6 +141,25 @@ def test_contract_with_replay_runner(name):
     assert runs[0] == runs[1]
 
 
+def test_xgb_plans_past_configs_whose_loops_cannot_be_read():
+    """A measured config whose scheduled loops cannot be read (its schedule raised; the tuner
+    measured it as a build error) had a feature row of another width, and the next plan
+    crashed building the training set (dense 64x50257x768 on the CPU, tile_x [-1, 1, 1]):
+    the model now learns from the others."""
+    space = _space()
+    bad = set(list(space.valid_indices())[::3])
+
+    def loops(i):
+        if i in bad:
+            raise RuntimeError("The loops are not in a chain")
+        return [float(space.get(i)["x"].size[-1]), 1.0, 2.0]
+
+    tuner = make_tuner("xgb", space, seed=3)
+    tuner.loop_features = loops
+    s = tune_loop(_Task(space), tuner, _DummyMeasurer(), n_trial=40, batch_size=8)
+    assert s.trials == 40
+
+
 @pytest.mark.parametrize("name", sorted(TUNERS))
 def test_replay_space_smaller_than_budget(name):
     from tvm_ext.measure.replay import ReplayMeasurer

@@ -109,6 +109,12 @@ class XGBTuner(PlanningTuner):
         if y.size:
             y = y / max(y.max(), 1e-30)
         X = [fea(i) for i in self.xs]
+        if X and fea == self._full_fea:
+            # a measured config whose schedule cannot be read (its build failed: it is an
+            # error record) has no loop features: the model learns from the others
+            width = max(len(x) for x in X)
+            y = np.asarray([t for x, t in zip(X, y) if len(x) == width], dtype=float)
+            X = [x for x in X if len(x) == width]
         if self.transfer_x and fea == self._knob_fea:
             width = len(X[0]) if X else len(self.transfer_x[0])
             pairs = [(x, t) for x, t in zip(self.transfer_x, self.transfer_y)
@@ -186,7 +192,7 @@ class XGBTuner(PlanningTuner):
         if self.loop_features and len(self.xs) >= self.min_data:
             full_model = self._fit(*self._training_set(self._full_fea))
             full = [self._full_fea(i) for i in pool]
-            width = len(self._full_fea(self.xs[0]))
+            width = max(len(self._full_fea(i)) for i in self.xs)
             keep = [(i, f) for i, f in zip(pool, full) if len(f) == width]
             if keep:
                 pred = self._predict(full_model, [f for _, f in keep])
