@@ -30,6 +30,9 @@ CPU_SUITE = {
     # A prime M with model-sized N and K: ViT-B/16's MLP (197 tokens, 768 -> 3072), the weight
     # stored [N, K] (M padded to the register tile, B packed as it is).
     "odd_m": Workload.create("dense", (197, 3072, 768), layout="NT"),
+    # A prime-ish N: GPT-2's language-model head (a vocabulary of 50257) at 64 tokens, the
+    # weight stored [N, K] (N padded to the panels).
+    "lm_head": Workload.create("dense", (64, 50257, 768), layout="NT"),
 }
 # The same roles on tiny shapes: a smoke run (CI, tests) that still goes through every path.
 CPU_QUICK = {
