@@ -405,7 +405,7 @@ def latest_measurements(records: Sequence[Record]) -> List[Record]:
     """``records`` less those superseded: where one config of one template was measured more
     than once on one target, only its latest measurement (by timestamp; on a tie, the later
     line) stands. Its earlier times measured the template's code of then, on that machine's
-    state of then (a GPU's clock moves by 15% between a cool and a hot card), and a config
+    state of then (a GPU's clock moves between a cool and a hot card), and a config
     compared with the others by its fastest stale time wins on luck. Re-measuring the
     contenders of a workload together (``python -m tvm_ext.rerank``) re-ranks them
     (docs/BENCHMARKS.md)."""

@@ -115,8 +115,8 @@ def test_a_prime_shape_gets_whole_vectors_and_no_guard_in_the_micro_kernel():
 ], ids=str)
 def test_a_padded_m_reads_the_last_row_of_a_not_a_guarded_zero(op, shape, layout):
     """Rows of A past M (M padded up to the register tile) are read as A's last row, a load
-    with no guard (a branch per broadcast in the micro-kernel: dense 197x3072x768 NT ran 1.5x
-    slower padded than 200 rows); their rows of C are cropped. A padded K (17 -> 18 here) keeps
+    with no guard (a branch per broadcast in the micro-kernel: the CPU bench's odd_m row);
+    their rows of C are cropped. A padded K (17 -> 18 here) keeps
     its guarded zeros. The answers match numpy."""
     wl = Workload.create(op, shape, layout=layout)
     task = Task(wl, CPU)
@@ -135,9 +135,9 @@ def test_a_padded_m_reads_the_last_row_of_a_not_a_guarded_zero(op, shape, layout
                          ids=str)
 def test_a_padded_n_packs_the_last_column_of_b_without_a_guard(shape, across):
     """Columns of B past N (a weight stored [N, K] padded to the panels) are packed as B's
-    last column, a load with no guard (dense 64x50257x768, GPT-2's vocabulary: 71.6 ms with
-    the guard, 57.6 without); the pack runs along K while a task's panel fits in L1, across
-    the panel's width where it does not (33.6 ms). The answers match numpy."""
+    last column, a load with no guard (a branch per element of the pack: the CPU bench's
+    lm_head row, GPT-2's vocabulary); the pack runs along K while a task's panel fits in L1,
+    across the panel's width where it does not. The answers match numpy."""
     wl = Workload.create("dense", shape, layout="NT")
     task = Task(wl, CPU)
     cfg = task.fallback_config()

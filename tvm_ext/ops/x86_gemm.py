@@ -188,8 +188,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             # order, as the packed compute's, and its register transposes. A padded B packs
             # in a vector loop: along K (rows of B loaded whole, their values stored a panel
             # row apart) while a task's panel fits in L1; across the panel's width (gathered
-            # loads, whole stores) where it does not (dense 64x50257x768: 57.6 ms along K,
-            # 33.6 ms across; 257x509x131: 0.155 ms along K, 0.18 ms across).
+            # loads, whole stores) where it does not (dense 64x50257x768's fallback: 72.0 ms
+            # before both, 33.9 ms after; docs/BENCHMARKS.md).
             transposable = _panel_loops(sch, pack, wl, xi, lanes)
             if transposable or wl.K * xi * DTYPE_BYTES[wl.dtype] > l1_bytes > 0:
                 sch.transform_block_layout(pack, index_map)
@@ -244,8 +244,8 @@ def _clamp_padded(sch, c, name: str, row: int):
     or the pack (for B) has no branch per element (LLVM cannot turn a guarded load into a
     select); the padded rows and columns of C are cropped, never written, so what they hold
     does not matter. A padded K keeps its zeros (an inf times a zero would be a NaN).
-    Measured on dense 197x3072x768 NT (CPU suite row ``odd_m``) and 64x50257x768 (GPT-2's
-    vocabulary: its weight's pack) (docs/BENCHMARKS.md)."""
+    Measured on dense 197x3072x768 NT (CPU suite row ``odd_m``) and 64x50257x768 (``lm_head``,
+    GPT-2's vocabulary: its weight's pack) (docs/BENCHMARKS.md)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
 
