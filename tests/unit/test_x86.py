@@ -311,3 +311,18 @@ def test_a_kernel_looks_its_entry_up_once():
 
     kernel.executable = NoLookup()
     np.testing.assert_allclose(kernel.run(a, b), want)
+
+
+def test_a_panel_one_column_wide_builds():
+    """tile_x = [-1, 1, 1]: the pack of a one-column panel has no loop across it, and the
+    register transposes took the task's own loop for it (the schedule raised "the loops are
+    not in a chain"; the tuner measured such configs as build errors). It builds and is right."""
+    wl = Workload.create("dense", (24, 96, 64), layout="NT")
+    task = Task(wl, "llvm")
+    cfg = task.space.config_from_values({**task.fallback_config().values_dict(),
+                                         "tile_x": [-1, 1, 1]})
+    assert task.space.is_valid(cfg)
+    lib = task.build(cfg)
+    a, b = random_inputs(wl, np.random.default_rng(5))
+    kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+    np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))

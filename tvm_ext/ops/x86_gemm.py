@@ -316,7 +316,12 @@ def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     from .x86_intrin import LLVM_TYPES, transpose_intrin, transpose_ir  # noqa: PLC0415
     if lanes < 2 or lanes & (lanes - 1) or not wl.transpose_b or wl.dtype not in LLVM_TYPES:
         return False
-    k, x = sch.get_loops(pack)[-2:]
+    loops = sch.get_loops(pack)
+    at = [n for n, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(outer))]
+    own = loops[at[0] + 1:] if at else loops
+    if len(own) < 2:  # a panel one column wide has no loop across it (and the task's loop
+        return False  # must not be taken for one)
+    k, x = own[-2:]
     extents = [sch.get(loop).extent for loop in (k, x)]
     if not all(isinstance(e, tirx.IntImm) and e.value % lanes == 0 for e in extents):
         return False
