@@ -6,15 +6,16 @@ measured again side by side in one process, the new times appended to a log.
 
 A tuner times each config alone, right after its build, and a log's records of one workload
 come from several tuning runs, days apart. On a GPU that runs near its power limit the times
-then move with the card's clock more than with the config: one grid of six 8192^3 f16
-configs on an H100 recorded 1.43-1.84 ms, and the shipped record of 1.475 ms ran at 0.99x of
-cuBLAS in the bench's process, where the template's fallback, one knob away, ran at 1.06x
-(docs/BENCHMARKS.md, "re-ranking"). Here every config is built, checked against numpy, and then all of them are
-sampled in turn (``--rounds`` rounds, after ``--warmup`` seconds of all of them running in
-turn), so each time is taken at the same clock and temperature as the others. The new
-records carry those times; a config measured again ranks by its latest measurement
-(``record.latest_measurements``), so the workload's best is the best of this comparison.
-Records of another machine, and records that no longer apply, are left as they are.
+then move with the card's clock more than with the config: one grid of six 8192^3 f16 configs
+on an H100 recorded 1.43-1.84 ms, and the shipped record of 1.475 ms ran at 0.99x of cuBLAS in
+the bench's process, where the template's fallback, one knob away, ran at 1.06x on the bf16
+twin (the same kernel) (docs/BENCHMARKS.md, "re-ranking"). Here every config is built, checked
+against numpy, and then all of them are sampled in turn (``--rounds`` rounds, after
+``--warmup`` seconds of all of them running in turn), so each time is taken at the same clock
+and temperature as the others. The new records carry those times; a config measured again ranks
+by its latest measurement (``record.latest_measurements``), so the workload's best is the best
+of this comparison. Records of another machine, and records that no longer apply, are left as
+they are.
 """
 from __future__ import annotations
 
