@@ -109,6 +109,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _cpu_rows(suite, only):
+    """The CPU suite's workloads that ``--only`` names ("chain": the chain's two matmuls);
+    a one-line error where it names none."""
+    if not only:
+        return suite
+    names = set(only) | ({"chain_mm1", "chain_mm2"} if "chain" in only else set())
+    picked = {k: v for k, v in suite.items() if k in names}
+    if not picked:
+        keys = ["chain"] + [k for k in suite if not k.startswith("chain")]
+        raise TvmExtError(f"--only: no workload of the cpu suite is named {' '.join(only)} "
+                          f"(keys: {', '.join(keys)})")
+    return picked
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.replot:
@@ -160,24 +174,13 @@ def main(argv=None) -> int:
             rows = run_gpu(suite, log=log, repeat=args.repeat, timing=args.timing)
         elif args.sweep:
             from .cpu import run_cpu_sweep  # noqa: PLC0415
-            picked = {k: v for k, v in suite.items() if not args.only or k in args.only}
-            if not picked:
-                raise TvmExtError(f"--only: no workload of the cpu suite is named "
-                                  f"{' '.join(args.only)} (keys: {', '.join(suite)})")
-            rows = run_cpu_sweep(picked, args.sweep, _knob_grid(args.set), repeat=args.repeat,
-                                 target=target)
+            rows = run_cpu_sweep(_cpu_rows(suite, args.only), args.sweep, _knob_grid(args.set),
+                                 repeat=args.repeat, target=target)
         else:
             from .cpu import run_cpu  # noqa: PLC0415
-            if args.only:  # "chain" names the chain's two matmuls
-                only = set(args.only) | ({"chain_mm1", "chain_mm2"} if "chain" in args.only
-                                         else set())
-                keys = ["chain"] + [k for k in suite if not k.startswith("chain")]
-                suite = {k: v for k, v in suite.items() if k in only}
-                if not suite:
-                    raise TvmExtError(f"--only: no workload of the cpu suite is named "
-                                      f"{' '.join(args.only)} (keys: {', '.join(keys)})")
-            rows = run_cpu(suite, log=log, repeat=args.repeat, metaschedule=args.metaschedule,
-                           ms_workdir=args.ms_workdir, target=target)
+            rows = run_cpu(_cpu_rows(suite, args.only), log=log, repeat=args.repeat,
+                           metaschedule=args.metaschedule, ms_workdir=args.ms_workdir,
+                           target=target)
     except TvmExtError as err:
         sys.stderr.write(f"{PROG}: error: {err}\n")
         return 2
