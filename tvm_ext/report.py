@@ -264,12 +264,11 @@ class _EvaluatorSampler:
 def _vendor_cpu(wl: Workload, inputs) -> Tuple[str, Optional[Callable], str]:
     """numpy's matmul in the workload's layout (transposes as views: numpy's BLAS takes them
     as they are); on a subgraph task, the matmul alone."""
+    from .measure.check import matmul_operands  # noqa: PLC0415
     name = "numpy" if not wl.epilogue else "numpy (matmul only)"
     if wl.dtype not in ("float32", "float64"):
         return name, None, f"numpy has no fast {wl.dtype} matmul"
-    a, b = inputs[0], inputs[1]
-    a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
-    b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b
+    a_mk, b_kn = matmul_operands(wl, inputs[0], inputs[1])
     note = "numpy computes the matmul alone, without the epilogue" if wl.epilogue else ""
     return name, (lambda: np.matmul(a_mk, b_kn)), note
 

@@ -88,7 +88,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
     code on an AVX-512 host, say)."""
     import tvm  # noqa: PLC0415
     from ..dispatch import apply_history_best, build  # noqa: PLC0415
-    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..measure.check import matmul_operands, random_inputs  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..codegen import use_host_cores  # noqa: PLC0415
     use_host_cores()  # both sides on every core (numpy's BLAS uses them too)
@@ -111,8 +111,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
     for name in [n for n in suite if not n.startswith("chain")]:
         wl, k = suite[name], kernels[name]
         a, b = random_inputs(wl, rng)
-        a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
-        b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b  # a view: numpy's own NT path
+        a_mk, b_kn = matmul_operands(wl, a, b)  # views: numpy's own NT path
         args = tvm_args(wl, a, b)
         k(*args)
         np.testing.assert_allclose(args[2].numpy(), np.matmul(a_mk, b_kn), rtol=1e-3, atol=1e-3)
@@ -207,7 +206,7 @@ def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> Li
     rule. Names and values are checked for every workload before anything is built."""
     import tvm  # noqa: PLC0415
     from ..codegen import use_host_cores  # noqa: PLC0415
-    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..measure.check import matmul_operands, random_inputs  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     use_host_cores()
@@ -221,8 +220,7 @@ def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> Li
     for name, task in tasks.items():
         wl = task.workload
         a, b = random_inputs(wl, rng)
-        a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
-        b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b
+        a_mk, b_kn = matmul_operands(wl, a, b)
         want = np.matmul(a_mk, b_kn)
         calls, configs = {"numpy": lambda: np.matmul(a_mk, b_kn)}, {}
         for label, cfg in sweep_configs(name, task, grid):

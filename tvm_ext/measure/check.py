@@ -88,14 +88,17 @@ def apply_epilogue(wl: Workload, x: np.ndarray, extras: List[np.ndarray], n_idx=
     return x
 
 
+def matmul_operands(wl: Workload, a: np.ndarray, b: np.ndarray):
+    """(A as [.., M, K], B as [.., K, N]) of arrays in the workload's layout: transposes as
+    views (numpy's BLAS takes a transposed view as it is, its own NT path)."""
+    return (np.swapaxes(a, -1, -2) if wl.transpose_a else a,
+            np.swapaxes(b, -1, -2) if wl.transpose_b else b)
+
+
 def reference_matmul(wl: Workload, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The exact result in float64 (int64 for integers)."""
     acc = np.int64 if wl.dtype.startswith(("int", "uint")) else np.float64
-    a = a.astype(acc)
-    b = b.astype(acc)
-    a_mk = np.swapaxes(a, -1, -2) if wl.transpose_a else a
-    b_kn = np.swapaxes(b, -1, -2) if wl.transpose_b else b
-    return np.matmul(a_mk, b_kn)
+    return np.matmul(*matmul_operands(wl, a.astype(acc), b.astype(acc)))
 
 
 def tolerance(wl: Workload):
