@@ -166,9 +166,9 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     c = sch.get_sblock(MATMUL_BLOCK)
     try:
         pack = None if prepacked else sch.get_sblock("B_packed")
-        packed_compute = pack is not None
+        transposable = pack is not None  # the packed compute's pack: its panels' order
     except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
-        packed_compute = False
+        transposable = False
         # Extents the tiles do not divide (a shape family's symbolic ones, primes) are padded
         # up to the register tile and the K step: no predicate inside the micro-kernel; the
         # zeros of A are read in it, those of B written into the panel, and the crop is the
@@ -193,7 +193,6 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             transposable = _panel_loops(sch, pack, wl, xi, lanes)
             if transposable or wl.K * xi * DTYPE_BYTES[wl.dtype] > l1_bytes > 0:
                 sch.transform_block_layout(pack, index_map)
-            packed_compute = transposable
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
@@ -225,7 +224,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         # (a per-task copy of A's rows instead measured 1.5x slower on 257 x 509 x 131)
         sch.compute_inline(sch.get_sblock("A_pad"))
         _clamp_padded(sch, c, "A", -1 if wl.transpose_a else -2)  # its M index
-    transposed = packed_compute and _transposed_pack(sch, pack, outer, wl, lanes)
+    transposed = transposable and _transposed_pack(sch, pack, outer, wl, lanes)
     own = sch.get_loops(pack) if pack is not None and not transposed else None
     if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
         sch.vectorize(own[-1])
@@ -285,6 +284,13 @@ def _clamp_padded(sch, c, name: str, row: int):
     sch.state.replace(sch.get_sref(c), new, {block: new})
 
 
+def _transposes(wl, lanes: int) -> bool:
+    """Whether a B of ``wl`` packs by lanes x lanes register transposes at all: stored [N, K],
+    of a dtype the intrinsic has, lanes a power of two."""
+    from .x86_intrin import LLVM_TYPES  # noqa: PLC0415
+    return lanes >= 2 and not lanes & (lanes - 1) and wl.transpose_b and wl.dtype in LLVM_TYPES
+
+
 def _panel_loops(sch, pack, wl, xi: int, lanes: int) -> bool:
     """Whether the pack of the plain compute (a Relax or MetaSchedule matmul, or a shape
     padded in the schedule) can be the packed compute's: its loops in the panels' order
@@ -292,9 +298,7 @@ def _panel_loops(sch, pack, wl, xi: int, lanes: int) -> bool:
     [N, K] and is not padded (no "_pad" producer: only M is), in whole lanes x lanes blocks."""
     from tvm import tirx  # noqa: PLC0415
 
-    from .x86_intrin import LLVM_TYPES  # noqa: PLC0415
-    if lanes < 2 or lanes & (lanes - 1) or not wl.transpose_b or wl.dtype not in LLVM_TYPES \
-            or xi % lanes:
+    if not _transposes(wl, lanes) or xi % lanes:
         return False
     if any(sch.get(p).name_hint.endswith("_pad") for p in sch.get_producers(pack)):
         return False
@@ -313,8 +317,8 @@ def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     1.31-1.34x numpy (docs/BENCHMARKS.md)."""
     from tvm import tirx  # noqa: PLC0415
 
-    from .x86_intrin import LLVM_TYPES, transpose_intrin, transpose_ir  # noqa: PLC0415
-    if lanes < 2 or lanes & (lanes - 1) or not wl.transpose_b or wl.dtype not in LLVM_TYPES:
+    from .x86_intrin import transpose_intrin, transpose_ir  # noqa: PLC0415
+    if not _transposes(wl, lanes):
         return False
     loops = sch.get_loops(pack)
     at = [n for n, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(outer))]
