@@ -326,3 +326,18 @@ def test_a_panel_one_column_wide_builds():
     a, b = random_inputs(wl, np.random.default_rng(5))
     kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
     np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
+
+
+def test_a_ragged_last_task_packs_without_the_register_transposes():
+    """N = 96 in tasks of 4 panels of 16 columns: the last task's pack runs under a predicate,
+    which the transpose intrinsic cannot take (tensorize failed and such configs were build
+    errors). It packs by the vector loop there, and is right."""
+    wl = Workload.create("dense", (24, 96, 64), layout="NT")
+    task = Task(wl, "llvm")
+    cfg = task.space.config_from_values({"tile_y": [-1, 1, 3], "tile_x": [-1, 4, 16],
+                                         "tile_k": [-1, 4], "tile_inner": [-1, 3]})
+    assert task.space.is_valid(cfg) and wl.N % (4 * 16)
+    lib = task.build(cfg)
+    a, b = random_inputs(wl, np.random.default_rng(6))
+    kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+    np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
