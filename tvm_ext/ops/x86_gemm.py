@@ -164,11 +164,15 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     _, xo, xi = tile_x
     ki = tile_k[-1]
     c = sch.get_sblock(MATMUL_BLOCK)
+    tail = None
     try:
         pack = None if prepacked else sch.get_sblock("B_packed")
         transposable = pack is not None  # the packed compute's pack: its panels' order
     except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
         transposable = False
+        tail = _split_off_tail(sch, c, wl, tile_y, tile_x, ki, lanes)
+        if tail is not None:
+            c = sch.get_sblock(MATMUL_BLOCK + "_j0")
         # Extents the tiles do not divide (a shape family's symbolic ones, primes) are padded
         # up to the register tile and the K step: no predicate inside the micro-kernel; the
         # zeros of A are read in it, those of B written into the panel, and the crop is the
@@ -182,8 +186,14 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         else:  # B[.., k, n]
             index_map = (lambda b, k, n: (b, n // xi, k, n % xi)) if batched else \
                 (lambda k, n: (n // xi, k, n % xi))
-        sch.transform_layout(pack, ("write", 0), index_map)
-        if wl.transpose_b:
+        if tail is not None:
+            # B's rows end inside a panel that only the tail's columns would read: the pack
+            # of the main part, in the panels' order, reads whole panels (``_unpadded``)
+            sch.transform_layout(pack, ("write", 0), index_map, pad_value=0.0)
+            transposable = _unpadded(sch, pack)
+        else:
+            sch.transform_layout(pack, ("write", 0), index_map)
+        if wl.transpose_b and tail is None:
             # Where B itself is not padded, in whole blocks: the pack's loops in the panels'
             # order, as the packed compute's, and its register transposes. A padded B packs
             # in a vector loop: along K (rows of B loaded whole, their values stored a panel
@@ -196,6 +206,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
+    n = sch.get(j).extent if tail is not None else wl.N  # the main part's columns
     it, io, ii = _split_tiles(sch, i, yo, yi)
     jt, jo, ji = _split_tiles(sch, j, xo, xi)
     ko, kin = sch.split(kk, [None, ki])
@@ -226,7 +237,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         _clamp_padded(sch, c, "A", -1 if wl.transpose_a else -2)  # its M index
     # a ragged last task (its columns not a whole number of the task's panels) packs under a
     # predicate, which the intrinsic cannot take
-    whole = isinstance(wl.N, int) and xo > 0 and wl.N % (xo * xi) == 0
+    n = n.value if hasattr(n, "value") else n
+    whole = isinstance(n, int) and xo > 0 and n % (xo * xi) == 0
     transposed = transposable and whole and _transposed_pack(sch, pack, outer, wl, lanes)
     own = sch.get_loops(pack) if pack is not None and not transposed else None
     if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
@@ -237,6 +249,98 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     sch.unroll(ii_i)
     sch.vectorize(ji)
     sch.decompose_reduction(c, ko)
+    if tail is not None:
+        _schedule_tail(sch, tail, lanes)
+
+
+#: The most of N that the columns split off a padded B stored [N, K] may be
+#: (``_split_off_tail``): they are computed by a plain vector dot product.
+TAIL_SHARE = 1 / 16
+
+
+def _split_off_tail(sch, c, wl, tile_y, tile_x, ki: int, lanes: int):
+    """Split the plain compute's matmul block ``c`` along N into the columns its tasks cover
+    whole (block ``C_j0``: B not padded, so packed by register transposes) and the few after
+    them (``C_j1``, returned; None where nothing is split). Padding B instead made the whole
+    weight pack through the gathering loop: GPT-2's LM head, dense 64x50257x768 NT, ran 32.5 ms
+    that way against 20.5 ms for 64x50176x768 with the same config (docs/BENCHMARKS.md). Only
+    where nothing else is padded (M, K and the main part's N divide the tiles: ``pad_einsum``
+    does not take a partitioned block), the tail is at most ``TAIL_SHARE`` of N, and nothing
+    follows the matmul (a fused epilogue needs one producer)."""
+    from tvm import tirx  # noqa: PLC0415
+
+    _, yo, yi = tile_y
+    _, xo, xi = tile_x
+    loops = sch.get_loops(c)
+    m, n, k = (sch.get(loop).extent for loop in loops[-3:])
+    if not (_transposes(wl, lanes) and xi % lanes == 0 and xo > 0
+            and all(isinstance(e, tirx.IntImm) for e in (m, n, k))):
+        return None
+    m, n, k, task = m.value, n.value, k.value, xo * xi
+    main = n // task * task
+    if (main == n or main == 0 or (n - main) > TAIL_SHARE * n or m % yi or k % ki
+            or k % lanes or sch.get_consumers(c)):
+        return None
+    *batch, i, j, kk = loops
+    sch.reorder(j, *batch, i)
+    sch.loop_partition(j, [main, None])
+    for name in ("_j0", "_j1"):  # (j part, *batch, i, k) -> (*batch, i, j part, k)
+        block = sch.get_sblock(MATMUL_BLOCK + name)
+        part, *outer, _ = sch.get_loops(block)
+        sch.reorder(*outer, part)
+        _point_regions(sch, block)
+    return sch.get_sblock(MATMUL_BLOCK + "_j1")
+
+
+def _point_regions(sch, c):
+    """A block of ``loop_partition`` declares the whole part it covers as its regions (C[0:M,
+    0:N0]), which every later primitive would take for each iteration's (a cache of C written
+    back whole by every task, a race): the regions it accesses per iteration, from its body,
+    as the matmul block had them (its output not among the reads)."""
+    from tvm.s_tir.analysis import get_sblock_read_write_region  # noqa: PLC0415
+
+    block = sch.get(c)
+    func = sch.mod[sch.func_working_on.name_hint] if sch.func_working_on else sch.mod["main"]
+    reads, writes = get_sblock_read_write_region(block, {p: p for p in func.params})
+    reads = [r for r in reads if not any(r.source.same_as(w.source) for w in writes)]
+    new = type(block)(block.iter_vars, reads, writes, block.name_hint, block.body, block.init,
+                      block.alloc_buffers, block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(c), new, {block: new})
+
+
+def _unpadded(sch, pack) -> bool:
+    """The pack of ``_split_off_tail``'s main part, made by ``transform_layout`` with a pad
+    value (B's rows end inside its last panel): ``if_then_else(<in the padding>, 0, B[..])``
+    becomes ``B[..]``. The main part reads whole panels only, and ``compute_at`` narrows the
+    pack to the panels its task reads, so the padding is never computed. Returns True."""
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.ir import Call  # noqa: PLC0415
+
+    block = sch.get(pack)
+    store = block.body
+    value = store.value
+    if not (isinstance(value, Call) and value.op.name.endswith("if_then_else")):
+        raise ValueError(f"the pack of a split-off tail is not padded as expected: {value}")
+    new = type(block)(block.iter_vars, block.reads, block.writes, block.name_hint,
+                      tirx.BufferStore(store.buffer, value.args[2], store.indices),
+                      block.init, block.alloc_buffers, block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(pack), new, {block: new})
+    return True
+
+
+def _schedule_tail(sch, tail, lanes: int):
+    """The columns ``_split_off_tail`` left: each output a dot product along K in lanes-wide
+    vector partial sums (as ``dense_gemv.x86``), rows in parallel, then the lanes' sums. Its N
+    loop does not start at 0, and TVM splits no such loop nor computes a block at it (its
+    regions come out whole: a "local" accumulator written back whole by every row, a race),
+    so the partial sums stay in their own buffer, [lanes, M, tail]."""
+    *batch, i, j, k = sch.get_loops(tail)
+    ko, kv = sch.split(k, [None, lanes])
+    rf = sch.rfactor(kv, 0)
+    *batch, i, j, ko, kv = sch.get_loops(rf)
+    sch.parallel(sch.fuse(*batch, i) if batch else i)
+    sch.vectorize(kv)
+    sch.decompose_reduction(rf, ko)
 
 
 def _clamp_padded(sch, c, name: str, row: int):
