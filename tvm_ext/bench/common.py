@@ -55,7 +55,8 @@ def median_ms(samples) -> Tuple[float, str]:
     """(median in ms, "min-max" in ms) of samples in seconds: the table shows the spread
     because a shared machine's noise is part of the result."""
     s = np.asarray(samples) * 1e3
-    return float(np.median(s)), f"{s.min():.3f}-{s.max():.3f}"
+    # 4 significant digits: a microsecond kernel's spread read "0.001-0.001" with 3 decimals
+    return float(np.median(s)), f"{s.min():.4g}-{s.max():.4g}"
 
 
 def blas_info() -> str:
