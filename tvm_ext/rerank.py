@@ -100,8 +100,8 @@ def rerank(workload, target, logs: Sequence[str], *, rounds: int = 9, warmup: fl
     samplers = {}
     for k, (task, config, _) in enumerate(contenders):
         t0 = time.perf_counter()
-        samplers[k] = _sampler(task, config, data, timing)
-        samplers[k] = (samplers[k], time.perf_counter() - t0)
+        sampler = _sampler(task, config, data, timing)  # or the reason it was not timed
+        samplers[k] = (sampler, time.perf_counter() - t0)  # and its build's seconds
     timed = {k: s for k, (s, _) in samplers.items() if callable(s)}
     end = time.perf_counter() + warmup
     while timed and time.perf_counter() < end:  # all of them, in turn: the card's steady state

@@ -144,14 +144,17 @@ def test_gpu_sweep_rejects_unknown_knobs_and_values_before_measuring(capsys):
     with pytest.raises(TvmExtError, match="has no knob 'blockn'"):
         run_sweep(suite, "batch_matmul_wgmma_ws.cuda", {"blockn": [128]}, repeat=1,
                   target=sm90)
-    with pytest.raises(TvmExtError, match="3 is not a value of .* staged_store"):
+    with pytest.raises(TvmExtError, match="3 is not a value of knob 'staged_store'"):
         run_sweep(suite, "batch_matmul_wgmma_ws.cuda", {"staged_store": [0, 3]}, repeat=1,
                   target=sm90)
     assert main(["--suite", "tuning-cost", "--sweep", "dense_pack.x86"]) == 2
     assert "--sweep is an option of the gpu and cpu suites" in capsys.readouterr().err
     assert main(["--suite", "cpu", "--only", "bmm", "--sweep", "batch_matmul.x86", "--set",
                  "xc=3"]) == 2
-    assert "3 is not a value of batch_matmul.x86's knob xc" in capsys.readouterr().err
+    assert "3 is not a value of knob 'xc'" in capsys.readouterr().err
+    assert main(["--suite", "cpu", "--only", "bmm", "--sweep", "batch_matmul.x86", "--set",
+                 "tile_x=32"]) == 2
+    assert "knob 'tile_x' is a split: --sweep sets plain knobs" in capsys.readouterr().err
     assert main(["--suite", "cpu", "--only", "nope", "--sweep", "batch_matmul.x86"]) == 2
     assert "--only: no workload of the cpu suite" in capsys.readouterr().err
     assert main(["--suite", "gpu", "--set", "block_n=128"]) == 2

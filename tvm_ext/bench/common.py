@@ -97,20 +97,20 @@ def print_table(rows: List[Row], *, ref_name: str):
 
 
 def check_grid(task, grid) -> None:
-    """TvmExtError (one line) unless every knob of ``grid`` ({knob: [values]}) is one of
-    ``task``'s and every value one of that knob's."""
+    """A one-line TvmExtError unless every knob of ``grid`` ({knob: [values]}) is one of
+    ``task``'s and every value one of its candidates (``narrow_spec``'s checks, as ``tune
+    --set``), and every knob a plain one: a sweep sets each value on the fallback, where a
+    split's innermost factor would leave its other factors to the fallback (narrow a split
+    with ``tune --set`` or a --space file)."""
     from ..errors import TvmExtError  # noqa: PLC0415
-    unknown = [k for k in grid if k not in task.space.knobs]
-    if unknown:
-        raise TvmExtError(f"--set: {task.name} has no knob {unknown[0]!r} (knobs: "
-                          f"{', '.join(task.space.knobs)})")
-    for k, values in grid.items():
-        knob = task.space.knobs[k]
-        have = [getattr(e, "val", None) for e in knob.entities]
-        bad = [v for v in values if knob.kind != "ot" or v not in have]
-        if bad:
-            raise TvmExtError(f"--set: {bad[0]} is not a value of {task.name}'s knob {k} "
-                              f"(values: {have})")
+    from ..space import narrow_spec  # noqa: PLC0415
+    narrow_spec(task.spec, grid)
+    for k in grid:
+        knob = task.space.knobs.get(k)
+        if knob is None or knob.kind != "ot":
+            raise TvmExtError(f"--set: {task.name}'s knob {k!r} is "
+                              f"{'not in its space here' if knob is None else 'a split'}: "
+                              "--sweep sets plain knobs (narrow a split with tune --set)")
 
 
 def sweep_configs(name: str, task, grid):
