@@ -296,8 +296,8 @@ def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, tile_x, split
     """Where N is no whole number of a task's panels and B is stored [N, K], the plain compute
     (the form of padded shapes, Relax's and MetaSchedule's matmuls) computes the columns the
     tasks cover whole as an unpadded B, packed by register transposes, and the few left over
-    (at most 1/16 of N) as vector dot products: GPT-2's LM head (64x50257x768) ran 32.5 ms with
-    the whole weight padded and 21.6 ms split (docs/BENCHMARKS.md). Not where M or K is padded
+    (at most 1/16 of N) as vector dot products: GPT-2's LM head (64x50257x768) ran 32.25 ms
+    with the whole weight padded and 21.2 ms split (docs/BENCHMARKS.md). Not where M or K is padded
     too, nor where the tail is a large share. Numerics against numpy on the process's cores
     (an early version raced there: its accumulators were written back whole by every row)."""
     wl = Workload.create(op, shape, layout="NT")

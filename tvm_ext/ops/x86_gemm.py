@@ -262,8 +262,8 @@ def _split_off_tail(sch, c, wl, tile_y, tile_x, ki: int, lanes: int):
     """Split the plain compute's matmul block ``c`` along N into the columns its tasks cover
     whole (block ``C_j0``: B not padded, so packed by register transposes) and the few after
     them (``C_j1``, returned; None where nothing is split). Padding B instead made the whole
-    weight pack through the gathering loop: GPT-2's LM head, dense 64x50257x768 NT, ran 32.5 ms
-    that way against 20.5 ms for 64x50176x768 with the same config (docs/BENCHMARKS.md). Only
+    weight pack through the gathering loop: the CPU bench's GPT-2 LM head, dense 64x50257x768
+    NT, ran 32.25 ms that way and 21.2 ms split (0.95x -> 1.48x numpy; docs/BENCHMARKS.md). Only
     where nothing else is padded (M, K and the main part's N divide the tiles: ``pad_einsum``
     does not take a partitioned block), the tail is at most ``TAIL_SHARE`` of N, and nothing
     follows the matmul (a fused epilogue needs one producer)."""
