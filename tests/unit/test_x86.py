@@ -285,14 +285,17 @@ def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
                                    *tolerance(wl), err_msg=str(cfg))
 
 
-@pytest.mark.parametrize("op,shape,tile_x,split", [
-    ("dense", (24, 1100, 64), [-1, 2, 32], True),  # 1088 columns packed whole + 12
-    ("batch_matmul", (2, 24, 1100, 64), [-1, 2, 32], True),
-    ("dense", (24, 1100, 64), [-1, 1, 16], True),  # 1088 + 12 (a task of one panel)
-    ("dense", (24, 100, 64), [-1, 2, 32], False),  # a tail of 36 of 100 columns: padded
-    ("dense", (23, 1100, 64), [-1, 2, 32], False),  # M padded as well: padded
+@pytest.mark.parametrize("op,shape,layout,tile_x,split", [
+    ("dense", (24, 1100, 64), "NT", [-1, 2, 32], True),  # 1088 columns packed whole + 12
+    ("batch_matmul", (2, 24, 1100, 64), "NT", [-1, 2, 32], True),
+    ("dense", (24, 1100, 64), "NT", [-1, 1, 16], True),  # 1088 + 12 (a task of one panel)
+    ("dense", (24, 1120, 64), "NT", [-1, 2, 32], True),  # whole panels, a ragged last task
+    ("dense", (24, 1100, 64), "TT", [-1, 2, 32], True),  # A stored [K, M]
+    ("dense", (24, 100, 64), "NT", [-1, 2, 32], False),  # a tail of 36 of 100 columns: padded
+    ("dense", (23, 1100, 64), "NT", [-1, 2, 32], False),  # M padded as well: padded
+    ("dense", (24, 1100, 64), "NN", [-1, 2, 32], False),  # B stored [K, N]: no transposes
 ])
-def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, tile_x, split):
+def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, layout, tile_x, split):
     """Where N is no whole number of a task's panels and B is stored [N, K], the plain compute
     (the form of padded shapes, Relax's and MetaSchedule's matmuls) computes the columns the
     tasks cover whole as an unpadded B, packed by register transposes, and the few left over
@@ -300,7 +303,7 @@ def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, tile_x, split
     with the whole weight padded and 21.2 ms split (docs/BENCHMARKS.md). Not where M or K is padded
     too, nor where the tail is a large share. Numerics against numpy on the process's cores
     (an early version raced there: its accumulators were written back whole by every row)."""
-    wl = Workload.create(op, shape, layout="NT")
+    wl = Workload.create(op, shape, layout=layout)
     task = Task(wl, "llvm")
     lanes = task.facts["vector_lanes"]
     if tile_x[-1] % lanes:
@@ -308,12 +311,17 @@ def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, tile_x, split
     values = {"tile_x": tile_x} if op == "dense" else {"tile_x": [-1, tile_x[-1]],
                                                         "xc": tile_x[1]}
     cfg = task.config_with(values)
-    assert not divides(wl, cfg)  # the plain compute, padded in the schedule
-    script = task.template.make_func(wl, cfg, task.facts, task.target).script()
+    # the plain compute (a Relax or MetaSchedule matmul; the template's own where the tiles
+    # do not divide the shape), scheduled with this config
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(matmul_compute(wl))}))
+    task.template.schedule(sch, cfg, wl, task.facts)
+    script = sch.mod["main"].script()
     assert ('"C_j1"' in script) == split, cfg
     assert (f"tvm_ext_transpose_{lanes}_float32" in script) == split, cfg
-    kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
-                            task.build(cfg))
+    if not divides(wl, cfg):  # the template's own kernel is this one
+        assert task.template.make_func(wl, cfg, task.facts, task.target).script() == script
+    lib = task.compile(tvm.IRModule({"main": task.launch(sch.mod["main"])}))
+    kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
     a, b = random_inputs(wl, np.random.default_rng(5))
     np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl),
                                err_msg=str(cfg))
