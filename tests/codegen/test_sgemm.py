@@ -77,3 +77,24 @@ def test_codegen_compiles_for_sm90(op, layout, knobs):
     # (16 bytes), alignment adds up to 64
     want = sgemm_smem_bytes(knobs["block_m"], knobs["block_n"], knobs["block_k"])
     assert want - 64 <= smem <= want, (smem, want)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_tiles_over_48_kb_take_dynamic_shared_memory():
+    """128 x 256 x 16 (cuBLAS's f32 tile on sm_90: 256 threads of 8 x 16, one block an SM)
+    needs 50 KB of shared tiles: over the 48 KB of static shared memory, it declares them
+    dynamic (opt-in, up to the SM's 227 KB); a tile within 48 KB keeps its static arrays (the
+    kernels of the shipped records unchanged)."""
+    wl = Workload.create("dense", (1024, 1024, 512), layout="NN")
+    task = Task(wl, SM90, template="dense_sgemm.cuda")
+    big = task.config_with(dict(block_m=128, block_n=256, thread_n=16, block_k=16,
+                                min_blocks=1, serpentine=1, raster=2))
+    small = task.config_with(dict(block_m=128, block_n=128, thread_n=16, block_k=16,
+                                  min_blocks=1, serpentine=1, raster=2))
+    assert sgemm_smem_bytes(128, 256, 16) > 48 * 1024 >= sgemm_smem_bytes(128, 128, 16)
+    assert task.space.is_valid(big), task.space.violations(big)
+    src = cuda_source(task, big)
+    assert "extern __shared__" in src and "__launch_bounds__(256, 1)" in src
+    report = ptxas_verbose(src, "sm_90")
+    assert "0 bytes spill stores" in report and "bytes smem" not in report, report[-500:]
+    assert "extern __shared__" not in cuda_source(task, small)

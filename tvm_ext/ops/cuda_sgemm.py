@@ -55,6 +55,10 @@ from .cuda_wgmma import grouped_tile
 PAD = 4
 
 
+#: Bytes of static shared memory a CUDA block may declare.
+STATIC_SMEM = 48 * 1024
+
+
 def sgemm_smem_bytes(block_m, block_n, block_k):
     """Static shared memory of a config: two K-major buffers of each tile."""
     return 2 * block_k * (block_m + PAD + block_n + PAD) * 4
@@ -108,6 +112,9 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                               tirx.truncmod)
         return bm, bn, tirx.truncdiv(t, per_batch)
 
+    # Static shared memory up to 48 KB (every config before 128 x 256 x 16 tiles), dynamic
+    # (opt-in, up to the SM's) beyond: 128 x 256 x 16 is cuBLAS's f32 tile on sm_90.
+    smem_scope = "shared" if sgemm_smem_bytes(BM, BN, BK) <= STATIC_SMEM else "shared.dyn"
     attrs = {"global_symbol": "main", "tirx.noalias": True}
     if target is not None:
         attrs["target"] = target
@@ -155,8 +162,8 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
         # __launch_bounds__(threads, min_blocks): registers capped so that min_blocks fit
         T.attr({"tirx.launch_bounds_min_blocks_per_sm": min_blocks})
         # flat, so that buffer compaction keeps the padded row strides
-        As = T.alloc_buffer((2 * BK * SA,), "float32", scope="shared")
-        Bs = T.alloc_buffer((2 * BK * SB,), "float32", scope="shared")
+        As = T.alloc_buffer((2 * BK * SA,), "float32", scope=smem_scope)
+        Bs = T.alloc_buffer((2 * BK * SB,), "float32", scope=smem_scope)
         ga = T.alloc_buffer((na * 4,), "float32", scope="local")
         gb = T.alloc_buffer((nb * 4,), "float32", scope="local")
         fa = T.alloc_buffer((2, 8), "float32", scope="local")
