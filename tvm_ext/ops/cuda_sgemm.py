@@ -60,7 +60,8 @@ STATIC_SMEM = 48 * 1024
 
 
 def sgemm_smem_bytes(block_m, block_n, block_k):
-    """Static shared memory of a config: two K-major buffers of each tile."""
+    """Shared memory of a config (static up to ``STATIC_SMEM``, else dynamic): two K-major
+    buffers of each tile."""
     return 2 * block_k * (block_m + PAD + block_n + PAD) * 4
 
 
