@@ -1,6 +1,8 @@
 """Timing on a GPU: CUDA-graph timing agrees with time_evaluator on long kernels and is lower
 on short ones."""
 
+import os
+
 import pytest
 
 from tvm_ext.task import Task
@@ -8,9 +10,13 @@ from tvm_ext.workload import Workload
 from tvm_ext.measure.check import random_inputs
 
 @pytest.mark.gpu
+@pytest.mark.skipif(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1,
+                    reason="compares two timings: needs the GPU alone (run this file without -n)")
 def test_graph_timing_matches_evaluator_on_long_kernels_and_lowers_short_ones():
     """On the GPU: for a kernel of about 0.3 ms both methods agree within 10%; for a
-    microsecond kernel the graph time is not above time_evaluator's (no launch overhead)."""
+    microsecond kernel the graph time is not above time_evaluator's (no launch overhead).
+    Under pytest-xdist the other workers' kernels share the GPU and move one timing against
+    the other (13% once, with 8 workers): skipped there."""
     import numpy as np
     import tvm
     from tvm_ext.measure.timing import time_module
