@@ -401,6 +401,11 @@ def _canonical_target(target: str) -> str:
         return target
 
 
+def config_identity(task_name: str, values: Dict[str, object]) -> tuple:
+    """A hashable identity of one config of one template ({knob: plain value})."""
+    return (task_name, tuple(sorted((k, str(v)) for k, v in values.items())))
+
+
 def latest_measurements(records: Sequence[Record]) -> List[Record]:
     """``records`` less those superseded: where one config of one template was measured more
     than once on one target, only its latest measurement (by timestamp; on a tie, the later
@@ -414,8 +419,7 @@ def latest_measurements(records: Sequence[Record]) -> List[Record]:
         # a knob added to a template after the record was written: its space-file default
         # is what the record measured (the new knob's default keeps the old kernel)
         values = {**_plain_defaults(r.task_name), **r.config.values_dict()}
-        key = (r.task_name, _canonical_target(r.target),
-               tuple(sorted((k, str(v)) for k, v in values.items())))
+        key = (_canonical_target(r.target),) + config_identity(r.task_name, values)
         if key not in latest or r.result.timestamp >= latest[key].result.timestamp:
             latest[key] = r
     kept = {id(r) for r in latest.values()}

@@ -49,7 +49,7 @@ def _contenders(workload, target, logs: Sequence[str]):
             print(f"  left as it is: {r.task_name} {r.config}{applied}", flush=True)
             continue
         task, fit, _ = applied
-        key = (task.name, str(sorted(fit.config.values_dict().items())))
+        key = rec.config_identity(task.name, fit.config.values_dict())
         if key not in seen:
             seen.add(key)
             out.append((task, fit.config, r))

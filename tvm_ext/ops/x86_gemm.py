@@ -160,6 +160,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     ``lanes``: the vector lanes of the dtype, for packing a B stored [N, K] by register
     transposes of lanes x lanes blocks (``_transposed_pack``; 0: never); ``l1_bytes``: the
     L1 data cache, above which a padded B stored [N, K] packs across a panel's width."""
+    from tvm import tirx  # noqa: PLC0415
+
     _, yo, yi = tile_y
     _, xo, xi = tile_x
     ki = tile_k[-1]
@@ -208,7 +210,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
     i, j, kk = loops[-3:]
-    n = sch.get(j).extent if tail is not None else wl.N  # the main part's columns
+    cols = sch.get(j).extent  # the columns this block computes (split: the main part's)
     it, io, ii = _split_tiles(sch, i, yo, yi)
     jt, jo, ji = _split_tiles(sch, j, xo, xi)
     ko, kin = sch.split(kk, [None, ki])
@@ -239,8 +241,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         _clamp_padded(sch, c, "A", -1 if wl.transpose_a else -2)  # its M index
     # a ragged last task (its columns not a whole number of the task's panels) packs under a
     # predicate, which the intrinsic cannot take
-    n = n.value if hasattr(n, "value") else n
-    whole = isinstance(n, int) and xo > 0 and n % (xo * xi) == 0
+    whole = isinstance(cols, tirx.IntImm) and xo > 0 and cols.value % (xo * xi) == 0
     transposed = transposable and whole and _transposed_pack(sch, pack, outer, wl, lanes)
     own = sch.get_loops(pack) if pack is not None and not transposed else None
     if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
@@ -305,9 +306,7 @@ def _point_regions(sch, c):
     func = sch.mod[sch.func_working_on.name_hint] if sch.func_working_on else sch.mod["main"]
     reads, writes = get_sblock_read_write_region(block, {p: p for p in func.params})
     reads = [r for r in reads if not any(r.source.same_as(w.source) for w in writes)]
-    new = type(block)(block.iter_vars, reads, writes, block.name_hint, block.body, block.init,
-                      block.alloc_buffers, block.match_buffers, block.annotations)
-    sch.state.replace(sch.get_sref(c), new, {block: new})
+    _rewrite_block(sch, c, reads=reads, writes=writes)
 
 
 def _unpadded(sch, pack) -> bool:
@@ -325,10 +324,7 @@ def _unpadded(sch, pack) -> bool:
     value = store.value
     if not (isinstance(value, Call) and value.op.name.endswith("if_then_else")):
         return False
-    new = type(block)(block.iter_vars, block.reads, block.writes, block.name_hint,
-                      tirx.BufferStore(store.buffer, value.args[2], store.indices),
-                      block.init, block.alloc_buffers, block.match_buffers, block.annotations)
-    sch.state.replace(sch.get_sref(pack), new, {block: new})
+    _rewrite_block(sch, pack, body=tirx.BufferStore(store.buffer, value.args[2], store.indices))
     return True
 
 
@@ -389,10 +385,18 @@ def _clamp_padded(sch, c, name: str, row: int):
     value = clamp(store.value)
     if not changed:  # nothing padded along that axis
         return
-    new = type(block)(block.iter_vars, block.reads, block.writes, block.name_hint,
-                      tirx.BufferStore(store.buffer, value, store.indices),
-                      block.init, block.alloc_buffers, block.match_buffers, block.annotations)
-    sch.state.replace(sch.get_sref(c), new, {block: new})
+    _rewrite_block(sch, c, body=tirx.BufferStore(store.buffer, value, store.indices))
+
+
+def _rewrite_block(sch, rv, *, body=None, reads=None, writes=None):
+    """Replace block ``rv`` in the schedule's state by a copy with a new body (a store) or new
+    declared regions; everything else (iter vars, init, buffers, annotations) as it was."""
+    block = sch.get(rv)
+    new = type(block)(block.iter_vars, block.reads if reads is None else reads,
+                      block.writes if writes is None else writes, block.name_hint,
+                      block.body if body is None else body, block.init, block.alloc_buffers,
+                      block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(rv), new, {block: new})
 
 
 def _transposes(wl, lanes: int) -> bool:
