@@ -23,6 +23,17 @@ every kernel of the function, so a kernel that it cannot open with the wait (one
 statement it does not know) is an error, never a kernel launched early without its wait.
 Without the attribute (an older GPU, or a launch that did not ask), both instructions do
 nothing.
+
+**CPU register tiles on the stack.** TVM puts a CPU buffer of 1024 bytes or more
+(``runtime::kMaxStackAlloca``) in a heap workspace (``TVMBackendAllocWorkspace``), which LLVM
+cannot keep in registers: a 4 x 64 f32 register tile (16 AVX-512 vectors) was zeroed by a memset
+call and stored there at every k step. TVM 0.27 keeps only "global" buffers under 1024 bytes on
+the stack: a "local" register tile of 256 bytes was a heap workspace too. CPU kernels are
+compiled with TVM's own pipeline plus one host pass (``stack_tiles``) that marks every "local"
+buffer of at most ``STACK_TILE_BYTES`` to stay a stack array (TVM's ``disable_lower_builtin``),
+which LLVM then promotes to registers, and that ends every task of a parallel loop annotated
+``x86_intrin.SFENCE`` with an ``sfence``, so that the task's non-temporal stores are in memory
+before the thread pool counts it done.
 """
 from __future__ import annotations
 
@@ -121,13 +132,115 @@ def use_nvcc_without_nvrtc():
 
 
 def compile_module(mod, target, pass_config=None):
-    """``tvm.compile`` a scheduled module for ``target`` with a template's pass options."""
+    """``tvm.compile`` a scheduled module for ``target`` with a template's pass options (a CPU
+    module with ``CPU_PIPELINE``: TVM's, plus ``stack_tiles``)."""
     import tvm  # noqa: PLC0415
 
     if target.kind.name == "cuda":
         use_nvcc_without_nvrtc()
     with pass_options(pass_config or {}):
+        if target.kind.name == "llvm":
+            return tvm.compile(mod, target=target, tir_pipeline=cpu_pipeline())
         return tvm.compile(mod, target=target)
+
+
+#: The most bytes of a "local" buffer that a CPU kernel keeps on its stack (``stack_tiles``):
+#: a register tile is at most the vector register file (32 x 64 bytes on AVX-512).
+STACK_TILE_BYTES = 4096
+
+
+# TVM's annotation (tirx/transform.h, kDisableLowerTVMBuiltin): an allocation that stays as it is.
+_KEEP_ALLOC = "disable_lower_builtin"
+
+
+def _const_bytes(buf):
+    """Bytes of a buffer of constant shape, else None."""
+    import tvm  # noqa: PLC0415
+    from tvm import tirx  # noqa: PLC0415
+    n = 1
+    for extent in buf.shape:
+        if not isinstance(extent, tirx.IntImm):
+            return None
+        n *= extent.value
+    dt = tvm.DataType(buf.dtype)
+    return n * dt.bits * dt.lanes // 8
+
+
+def _stack_tiles_stmt(stmt, limit: int):
+    """``stmt`` with its small "local" allocations kept on the stack and its ``SFENCE`` loops'
+    tasks ended by an sfence (the statements that hold others are rebuilt where a child
+    changed; any other statement is left as it is)."""
+    from tvm import tirx  # noqa: PLC0415
+
+    from .ops.x86_intrin import SFENCE  # noqa: PLC0415
+
+    def same(new, old):
+        return all(a.same_as(b) for a, b in zip(new, old))
+
+    if isinstance(stmt, tirx.AllocBuffer):
+        size = _const_bytes(stmt.buffer)
+        if stmt.buffer.scope() == "local" and size is not None and size <= limit \
+                and _KEEP_ALLOC not in stmt.annotations:
+            notes = {**dict(stmt.annotations), _KEEP_ALLOC: tirx.IntImm("int32", 1)}
+            return tirx.AllocBuffer(stmt.buffer, notes, stmt.span)
+        return stmt
+    if isinstance(stmt, tirx.SeqStmt):
+        seq = [_stack_tiles_stmt(s, limit) for s in stmt.seq]
+        return stmt if same(seq, stmt.seq) else tirx.SeqStmt(seq, stmt.span)
+    if isinstance(stmt, tirx.For):
+        body = _stack_tiles_stmt(stmt.body, limit)
+        notes = dict(stmt.annotations)
+        if notes.pop(SFENCE, None) is not None:
+            fence = tirx.Evaluate(tirx.call_llvm_intrin("void", "llvm.x86.sse.sfence"))
+            body = tirx.SeqStmt([body, fence])
+        elif body.same_as(stmt.body):
+            return stmt
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                        stmt.thread_binding, notes, stmt.step, stmt.span)
+    if isinstance(stmt, tirx.AttrStmt):
+        body = _stack_tiles_stmt(stmt.body, limit)
+        return stmt if body.same_as(stmt.body) else \
+            tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, stmt.span)
+    if isinstance(stmt, tirx.IfThenElse):
+        then = _stack_tiles_stmt(stmt.then_case, limit)
+        other = None if stmt.else_case is None else _stack_tiles_stmt(stmt.else_case, limit)
+        if then.same_as(stmt.then_case) and (other is None or other.same_as(stmt.else_case)):
+            return stmt
+        return tirx.IfThenElse(stmt.condition, then, other, stmt.span)
+    if isinstance(stmt, tirx.While):
+        body = _stack_tiles_stmt(stmt.body, limit)
+        return stmt if body.same_as(stmt.body) else tirx.While(stmt.condition, body, stmt.span)
+    return stmt
+
+
+def stack_tiles(limit: int = STACK_TILE_BYTES):
+    """The host pass: see the module doc."""
+    import tvm  # noqa: PLC0415
+
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tvm_ext.StackTiles")
+    def _pass(func, _mod, _ctx):
+        body = _stack_tiles_stmt(func.body, limit)
+        return func if body.same_as(func.body) else func.with_body(body)
+    return _pass
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_pipeline() -> str:
+    """The name of the CPU pipeline, registered once: TVM's default TIR pipeline, with
+    ``stack_tiles`` before the host's finalizing passes (whose LowerTVMBuiltin moves large
+    allocations to the heap)."""
+    import tvm  # noqa: PLC0415
+    from tvm.tirx import compilation_pipeline as pipelines  # noqa: PLC0415
+
+    def factory():
+        lower, finalize_host, finalize_device = pipelines.get_tir_pipeline("default")
+
+        def host():
+            return tvm.ir.transform.Sequential([stack_tiles(), finalize_host()])
+        return lower, host, finalize_device
+
+    pipelines.register_tir_pipeline("tvm_ext_cpu", factory)
+    return "tvm_ext_cpu"
 
 
 def use_host_cores() -> int:

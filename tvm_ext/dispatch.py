@@ -231,10 +231,15 @@ def record_config(best: rec.Record, workload: Workload, target, *, schedulable: 
     return task, fit, meaning
 
 
-def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
+def choose(workload: Workload, target, *, schedulable: bool = False,
+           followed: bool = False) -> tuple:
     """(Task, Choice) for a workload: the best applicable record of the current context,
     else the fallback config of the highest-priority template. ``schedulable``: only templates
-    with a TensorIR schedule (a Relax function with a fused epilogue needs one).
+    with a TensorIR schedule (a Relax function with a fused epilogue needs one). ``followed``:
+    the kernel is a fused Relax function whose matmul is followed by ops the workload does not
+    name (an epilogue no workload takes, served by its anchor's records): a config that needs
+    nothing after the matmul (``nt_store`` = 1, C written by non-temporal stores) is passed
+    over with the reason, and the fallback writes C by ordinary stores.
 
     A record applies only as measured: each of its knobs a value of this target's space, and
     the config within the space's rules; otherwise it is passed over and listed in the
@@ -256,6 +261,12 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
             ctx.report.skipped.append(f"{label}{applied}")
             continue
         task, fit, meaning = applied
+        if followed and fit.config.value("nt_store", 0):
+            ctx.report.skipped.append(
+                f"{label}: nt_store = 1 writes C by non-temporal stores, which needs a matmul "
+                "that nothing follows; this fused function's matmul is followed by ops the "
+                "record did not measure")
+            continue
         found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
                               fit.completed, meaning.reason if meaning.values else "", anchor))
         if not fit.completed:
@@ -267,7 +278,10 @@ def choose(workload: Workload, target, *, schedulable: bool = False) -> tuple:
     if choice is None:
         task = Task(workload, target,
                     template=templates_for(workload, target, schedulable=schedulable)[0].name)
-        choice = Choice(workload, task.name, task.fallback_config(), False)
+        config = task.fallback_config()
+        if followed and config.value("nt_store", 0):
+            config = task.space.config_from_values({**config.values_dict(), "nt_store": 0})
+        choice = Choice(workload, task.name, config, False)
     if ctx is not None:
         ctx.report.choices.append(choice)
     return task, choice

@@ -190,7 +190,8 @@ def _dense_small_batch(k, wl):
 
 def _dense_pack_rows(k, wl):
     return {"tile_y": [-1] + k["tile_y"][1:], "tile_x": [-1] + k["tile_x"][1:],
-            "tile_k": [-1, k["tile_k"][1]], "tile_inner": [-1, k["tile_y"][2]]}
+            "tile_k": [-1, k["tile_k"][1]], "tile_inner": [-1, k["tile_y"][2]],
+            "nt_store": 0}
 
 
 def _dense_pack_inner(k, wl):
@@ -261,11 +262,13 @@ LEGACY: Dict[str, Tuple[Layout, ...]] = {
         Layout("dense_pack.x86", "0.7.dev0", "0.8.dev0", _TOPI + "x86/dense.py",
                _DENSE_PACK_KNOBS,
                "tile_y, tile_x, tile_k are ours; every k step updated all yi rows "
-               "(tile_inner [-1, yi])", _dense_pack_rows, ("NT",)),
+               "(tile_inner [-1, yi]); C written by ordinary stores (nt_store 0)",
+               _dense_pack_rows, ("NT",)),
         Layout("dense_pack.x86", "0.8.dev0", "0.20.dev0", _TOPI + "x86/dense.py",
                _DENSE_PACK_KNOBS + (_sp("tile_inner", 2, "M"),),
                "tile_y, tile_x, tile_k are ours; tile_inner [., r] is ours for 1 < r < yi, and "
-               "all yi rows per k step for r = 1 or r >= yi", _dense_pack_inner, ("NT",)),),
+               "all yi rows per k step for r = 1 or r >= yi; C written by ordinary stores "
+               "(nt_store 0)", _dense_pack_inner, ("NT",)),),
     "batch_matmul.x86": (
         Layout("batch_matmul.x86", "0.7.dev0", "0.20.dev0", _TOPI + "x86/batch_matmul.py",
                (_sp("tile_y", 2, "M"), _sp("tile_x", 2, "N"), _sp("tile_k", 2, "K")),

@@ -12,7 +12,7 @@ and registers, cores, SMs) and the numbers of the part that ``target.device_fact
   FMA latency (each accumulator's chain waits 4 cycles a step: too few accumulators leave the
   units idle); every parallel task packs its B panel (a gather when B is stored [N, K]), so
   row chunks of few rows pack B again and again; the tasks are dealt to the cores in rounds;
-  the output is written to DRAM once.
+  the output is written to DRAM once (without reading its lines first under ``nt_store``).
 - **GPU GEMMs** (CUDA cores, wmma, mma, wgmma): a grid of blocks on the SMs, each a software
   pipeline over its K tiles (``_grid_time``): the SM's shared units (FMA or tensor pipe as its
   warps can issue to it, shared-memory wavefronts with their bank conflicts) against one block's
@@ -115,8 +115,10 @@ def _x86_gemm(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     gather = 2.0 if f.get("layout", "NT")[1] == "T" else 1.0  # B stored [N, K]: a gather
     pack = tasks * kp * cols * gather / busy
     seconds = (compute + pack) / (cpu["clock_ghz"] * 1e9)
-    # The output goes to DRAM once (read for ownership, then written), A and B are read once.
-    memory = (2.0 * B * M * N + B * (M + N) * K) * nb / (cpu["dram_gbs"] * 1e9)
+    # The output goes to DRAM once (read for ownership, then written; ``nt_store``: written
+    # without the read), A and B are read once.
+    c_passes = 1.0 if v.get("nt_store") else 2.0
+    memory = (c_passes * B * M * N + B * (M + N) * K) * nb / (cpu["dram_gbs"] * 1e9)
     return max(seconds, memory) + 0.2 * min(seconds, memory)
 
 

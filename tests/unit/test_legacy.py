@@ -59,7 +59,7 @@ EXPECTED = {
     # AutoTVM on x86 (line 1 is a comment, lines 2-3 conv2d_NCHWc.x86)
     (AT_X86, 4): (TRANSLATED, "every k step updated all yi rows"),        # dense_pack 0.7.0
     (AT_X86, 5): (TRANSLATED, "all yi rows per k step for r = 1"),        # tile_inner [-1, 1]
-    (AT_X86, 6): (AS_IS, "dense_pack.x86"),                               # r = 2 of yi = 8
+    (AT_X86, 6): (TRANSLATED, "ordinary stores (nt_store 0)"),            # r = 2 of yi = 8
     (AT_X86, 7): (SET_ASIDE, "groups of 3 with a ragged last one"),       # r = 3 of yi = 8
     (AT_X86, 8): (TRANSLATED, "r >= yi"),                                 # r = 16 of yi = 4
     (AT_X86, 9): (SET_ASIDE, "tile_x = [-1, 1, 128] is not one of"),      # xi = 128
@@ -69,7 +69,7 @@ EXPECTED = {
     (AT_X86, 13): (UNKNOWN, ""),                                          # dense_nopack.x86
     (V019, 1): (SET_ASIDE, "(rfactor)"),
     (V019, 2): (SET_ASIDE, "(rfactor)"),
-    (V019, 3): (AS_IS, "dense_pack.x86"),                                 # r = 4 of yi = 8
+    (V019, 3): (TRANSLATED, "ordinary stores (nt_store 0)"),              # r = 4 of yi = 8
 }
 SET_ASIDE_BY_LOAD = {TOPHUB: {"conv2d_nchw.cuda": 2, "depthwise_conv2d_nchw.cuda": 1,
                               "conv2d_nchw_winograd.cuda": 1},
@@ -157,11 +157,12 @@ def test_hand_checked_translations():
     # dense_small_batch 0.7.dev1, 1x1000x2048, tile_k [-1, 64]: 64 threads along K, one output.
     assert values(cuda[6]) == {"tile_k": [-1, 64, 1], "tile_x": [-1, 1], "tile_y": [-1, 1]}
     # dense_pack 0.7.0: no tile_inner (all 8 rows per k step); 0.12.0 tile_inner [-1, 1]: all
-    # 4 rows too; 0.9.0 tile_inner [-1, 16] over yi = 4: the 4 rows.
+    # 4 rows too; 0.9.0 tile_inner [-1, 16] over yi = 4: the 4 rows. TOPI wrote C by ordinary
+    # stores: nt_store 0.
     assert values(x86[4]) == {"tile_y": [-1, 2, 8], "tile_x": [-1, 2, 32], "tile_k": [-1, 4],
-                              "tile_inner": [-1, 8]}
+                              "tile_inner": [-1, 8], "nt_store": 0}
     assert values(x86[5]) == {"tile_y": [-1, 4, 4], "tile_x": [-1, 1, 16], "tile_k": [-1, 8],
-                              "tile_inner": [-1, 4]}
+                              "tile_inner": [-1, 4], "nt_store": 0}
     assert values(x86[8])["tile_inner"] == [-1, 4]
 
 

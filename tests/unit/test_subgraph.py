@@ -125,6 +125,57 @@ def test_kernel_templates_and_epilogues():
     assert "without epilogues" in plain.why_not(wl, Task(wl.anchor, target).facts)
 
 
+def test_an_anchor_record_that_stores_non_temporally_is_not_built_into_a_fused_function(
+        tmp_path, monkeypatch):
+    """An anchor matmul's record with ``nt_store`` = 1 (C written by non-temporal stores, which
+    needs a matmul that nothing follows) is passed over for a fused function whose matmul is
+    followed by an op we cannot name, with the reason in the report; the function takes the
+    fallback, with ordinary stores, and is right. (Tasks see a last-level cache of 1 KB, so
+    that this small C may take the stores.)"""
+    import tvm_ext.task
+    facts = tvm_ext.task.hardware_facts
+    monkeypatch.setattr(tvm_ext.task, "hardware_facts",
+                        lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024})
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((32, 48), "float32"))
+    w = relax.Var("w", R.Tensor((48, 64), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(R.tanh(R.matmul(x, w)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    (wl, _), = extract_tasks(mod, CPU, subgraphs=True)
+    task = Task(wl, CPU)
+    lanes = task.facts["vector_lanes"]
+    cfg = task.space.config_from_values({**task.fallback_config().values_dict(),
+                                         "tile_y": [-1, 1, 4], "tile_x": [-1, 1, 2 * lanes],
+                                         "tile_inner": [-1, 4], "nt_store": 1})
+    assert task.name == "dense_pack.x86" and not task.space.violations(cfg)
+    log = tmp_path / "nt.json"
+    record.append(log, [record.encode(target_str(task.target), task.name, wl, cfg,
+                                      MeasureResult([1e-5], 0, 1.0, 0.0))])
+    with apply_history_best(str(log)) as ctx:
+        ex = build(mod, CPU, fuse_epilogue=True)
+        _, plain = choose(wl, CPU)  # the matmul alone takes the record
+    assert plain.tuned and plain.config["nt_store"].val == 1
+    assert any("nt_store = 1" in line and "followed by ops" in line
+               for line in ctx.report.skipped), ctx.report.skipped
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    a = np.random.default_rng(0).uniform(-1, 1, (32, 48)).astype("float32")
+    b = np.random.default_rng(1).uniform(-1, 1, (48, 64)).astype("float32")
+    got = vm["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b)).numpy()
+    np.testing.assert_allclose(got, np.tanh(a @ b), rtol=1e-4, atol=1e-5)
+    # a fallback that would store non-temporally (C larger than the last-level cache) does
+    # not where the matmul is followed
+    big = Workload.create("dense", (256, 256, 64), layout="NN")
+    with apply_history_best([]):
+        _, free = choose(big, CPU)
+        _, followed = choose(big, CPU, schedulable=True, followed=True)
+    assert free.config["nt_store"].val == 1 and followed.config["nt_store"].val == 0
+    assert {k: v for k, v in free.config.values_dict().items() if k != "nt_store"} == \
+        {k: v for k, v in followed.config.values_dict().items() if k != "nt_store"}
+
+
 # ---- apply: the subgraph's record, else the anchor's ----
 
 def _record(wl, task, cfg, cost):

@@ -193,12 +193,13 @@ def test_record_that_breaks_the_targets_space_is_skipped(tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
-def test_a_register_tile_of_1024_bytes_accumulates_in_the_output(layout):
+def test_a_register_tile_of_1024_bytes_stays_in_registers(layout):
     """A register tile of 16 AVX-512 vectors (4 x 64 f32, 1024 bytes) would be a TVM heap
     workspace as a "local" copy, zeroed by a memset call and stored there before every
-    write-back; with nothing after the matmul it accumulates in C itself (LLVM keeps it in
-    registers): no memset in the kernel, the answer unchanged. A padded shape keeps its crop
-    in the write-back of a local copy. f64: 4 x 32 is the same 1024 bytes."""
+    write-back. With nothing after the matmul it accumulates in C itself (LLVM keeps it in
+    registers); a padded shape keeps its crop in the write-back of a local copy, which
+    ``codegen.stack_tiles`` keeps on the stack (in registers): no memset in either kernel,
+    the answer unchanged. f64: 4 x 32 is the same 1024 bytes."""
     rng = np.random.default_rng(1)
     for shape, dtype, tile_x, padded in (((2, 16, 128, 24), "float32", 64, False),
                                          ((2, 16, 64, 24), "float64", 32, False),
@@ -210,7 +211,7 @@ def test_a_register_tile_of_1024_bytes_accumulates_in_the_output(layout):
              "tile_x": [-1, tile_x], "tile_k": [-1, 8], "tile_inner": [-1, 4]})
         lib = task.build(cfg)
         asm = lib.mod.inspect_source("asm")
-        assert ("memset" in asm) == padded, (shape, dtype, layout)
+        assert "memset" not in asm, (shape, dtype, layout, padded)
         a, b = random_inputs(wl, rng)
         kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
         np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
@@ -337,6 +338,86 @@ def test_the_fallback_walks_panels_in_runs_where_c_streams_to_memory():
     assert small.fallback_config()["xc"].val == 1
 
 
+@pytest.fixture
+def small_l3(monkeypatch):
+    """Tasks made in the test see a last-level cache of 1 KB: their small C counts as one
+    that outgrows it (``nt_store`` needs that)."""
+    import tvm_ext.task
+    facts = tvm_ext.task.hardware_facts
+    monkeypatch.setattr(tvm_ext.task, "hardware_facts",
+                        lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024})
+
+
+@pytest.mark.parametrize("op,shape,layout,tile_x", [
+    ("batch_matmul", (2, 16, 128, 24), "NT", 64),  # 4 x 64 f32: a 1024-byte register tile
+    ("batch_matmul", (3, 8, 48, 20), "NN", 16),
+    ("dense", (32, 96, 40), "NT", 32),
+    ("dense", (16, 64, 24), "TN", 64),
+])
+def test_nt_store_writes_c_by_non_temporal_stores(op, shape, layout, tile_x, small_l3):
+    """``nt_store`` = 1: the register tile accumulates in a local copy (in registers, whatever
+    its size: no memset) and each of its rows goes to C by non-temporal stores
+    (``vmovntps``), each parallel task ending with an ``sfence``; the answer is unchanged
+    (run on the process's cores). ``nt_store`` = 0 builds neither."""
+    wl = Workload.create(op, shape, layout=layout)
+    template = "batch_matmul.x86" if op == "batch_matmul" else "dense_pack.x86"
+    task = Task(wl, "llvm", template=template)
+    tiles = {"tile_y": [-1, 4], "tile_x": [-1, tile_x]} if op == "batch_matmul" else \
+        {"tile_y": [-1, 2, 4], "tile_x": [-1, 1, tile_x]}
+    values = {**task.fallback_config().values_dict(), **tiles, "tile_k": [-1, 4],
+              "tile_inner": [-1, 4]}
+    a, b = random_inputs(wl, np.random.default_rng(6))
+    for nt in (1, 0):
+        cfg = task.space.config_from_values({**values, "nt_store": nt})
+        assert not task.space.violations(cfg), cfg
+        lib = task.build(cfg)
+        asm = lib.mod.inspect_source("asm")
+        assert ("vmovntps" in asm) == bool(nt) and ("sfence" in asm) == bool(nt), (cfg, nt)
+        assert "memset" not in asm, cfg
+        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+        np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
+                                   *tolerance(wl), err_msg=str(cfg))
+
+
+def test_nt_store_is_refused_where_c_is_not_written_whole(small_l3, monkeypatch):
+    """Non-temporal stores write whole vector rows of C as the tile holds them: a padded M
+    (its crop in the write-back) and an epilogue after the matmul break the space's rule,
+    named; a config that asks for them anyway fails to build (``InstantiationError`` naming
+    nt_store), never a kernel built without the stores and taken for the config. A C that
+    fits in the last-level cache breaks the rule too (it stays there for the next op)."""
+    from tvm_ext.task import InstantiationError
+    wl = Workload.create("batch_matmul", (2, 18, 64, 24), layout="NT")
+    task = Task(wl, "llvm", template="batch_matmul.x86")
+    values = {**task.fallback_config().values_dict(), "tile_y": [-1, 4], "tile_x": [-1, 16],
+              "tile_k": [-1, 4], "tile_inner": [-1, 4], "nt_store": 1}
+    cfg = task.space.config_from_values(values)
+    assert any("non-temporal" in v for v in task.space.violations(cfg))
+    sub = Task(Workload.create("batch_matmul", (2, 16, 64, 24), layout="NT",
+                               epilogue="bias+relu"), "llvm", template="batch_matmul.x86")
+    cfg = sub.space.config_from_values(values)
+    assert any("non-temporal" in v for v in sub.space.violations(cfg))
+    with pytest.raises(InstantiationError, match="nt_store"):
+        sub.instantiate(cfg)
+    monkeypatch.undo()  # the host's own last-level cache: far more than this C
+    fits = Task(Workload.create("batch_matmul", (2, 16, 64, 24), layout="NT"), "llvm",
+                template="batch_matmul.x86")
+    assert any("larger than the last-level cache" in v
+               for v in fits.space.violations(fits.space.config_from_values(values)))
+
+
+def test_the_fallback_stores_non_temporally_where_c_outgrows_the_last_level_cache():
+    """Both x86 GEMM templates' fallbacks take ``nt_store`` where C is larger than the L3 and
+    the tiles allow it (the bmm row's 100 MB of C), not where C fits in it."""
+    big = Task(Workload.create("batch_matmul", (24, 2048, 512, 64), layout="NT"), AVX512)
+    dense = Task(Workload.create("dense", (8192, 4096, 256), layout="NT"), AVX512)
+    small = Task(Workload.create("batch_matmul", (64, 64, 64, 64)), AVX512)
+    for task in (big, dense, small):
+        task.facts = {**task.facts, "l3_bytes": 32 << 20}
+    for task, nt in ((big, 1), (dense, 1), (small, 0)):
+        cfg = task.fallback_config()
+        assert cfg["nt_store"].val == nt and task.space.is_valid(cfg), (task, cfg)
+
+
 def test_a_kernel_looks_its_entry_up_once():
     """``Kernel.__call__`` calls the entry it looked up the first time: a lookup by name is an
     FFI call per call, which the CPU bench's sub-millisecond rows showed as a slower tuned
@@ -377,7 +458,7 @@ def test_a_ragged_last_task_packs_without_the_register_transposes():
     wl = Workload.create("dense", (24, 96, 64), layout="NT")
     task = Task(wl, "llvm")
     cfg = task.space.config_from_values({"tile_y": [-1, 1, 3], "tile_x": [-1, 4, 16],
-                                         "tile_k": [-1, 4], "tile_inner": [-1, 3]})
+                                         "tile_k": [-1, 4], "tile_inner": [-1, 3], "nt_store": 0})
     assert task.space.is_valid(cfg) and wl.N % (4 * 16)
     lib = task.build(cfg)
     a, b = random_inputs(wl, np.random.default_rng(6))

@@ -191,7 +191,8 @@ def prepacked_rows(wl, log, repeat: int = 7):
               tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
     kernels = {"packed at every call": (task.build(choice.config)["main"], args),
                "weight packed at build time": (compile_module(tvm.IRModule(
-                   {"main": prepacked_kernel(wl, choice.config)}), target)["main"], packed)}
+                   {"main": prepacked_kernel(wl, choice.config, task.facts["vector_lanes"])}),
+                   target)["main"], packed)}
     for f, fargs in kernels.values():
         f(*fargs)
     np.testing.assert_allclose(packed[2].numpy(), args[2].numpy(), rtol=1e-5, atol=1e-5)

@@ -7,9 +7,10 @@ Strategy (the one BLAS libraries use, written as a TensorIR schedule):
    would need a gather per element). The panel of one parallel task is packed inside that task
    (``compute_at``), so it stays in L2 and TIR allocates only that panel.
 2. **Register micro-kernel**: a ``yi x xi`` tile of C accumulates in registers over the whole
-   reduction (``cache_write`` to "local", which LLVM promotes to vector registers; a tile of
-   1024 bytes or more accumulates in C itself, ``_in_place``, as TVM would put the "local"
-   copy in a heap workspace that LLVM cannot promote); ``xi`` is
+   reduction (``cache_write`` to "local", kept on the stack by ``codegen.stack_tiles`` and
+   promoted to vector registers by LLVM; a tile of 1024 bytes or more with nothing after the
+   matmul accumulates in C itself, ``_in_place``; ``nt_store``: the local copy, written back
+   by non-temporal stores, ``_nt_write_back``); ``xi`` is
    vectorised (a multiple of the vector width), the ``yi`` rows and ``ki`` steps of k are
    unrolled, so each k step is one broadcast of A per row and xi/lanes FMAs per row.
 3. **Parallel** over (batch, N tiles, M tiles): one fused loop, as TOPI's x86 templates do.
@@ -93,11 +94,12 @@ def prepackable(template: str, wl, cfg) -> bool:
         divides(wl, cfg)
 
 
-def prepacked_kernel(wl, cfg):
+def prepacked_kernel(wl, cfg, lanes: int = 0):
     """The PrimFunc (A, B_packed, C) of a dense_pack.x86 config whose B is packed ahead of time
     (``pack_weight``: a constant weight, packed once when the model is built): the config's
     kernel without its per-task packing. Only where the register tile and K step divide the
-    shape (``divides``); no epilogue."""
+    shape (``divides``); no epilogue. ``lanes``: the vector lanes of the dtype (a config
+    with ``nt_store`` needs them)."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
@@ -107,7 +109,7 @@ def prepacked_kernel(wl, cfg):
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
     schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
                          tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1],
-                         prepacked=True)
+                         prepacked=True, lanes=lanes, nt_store=bool(cfg.value("nt_store", 0)))
     return sch.mod["main"]
 
 
@@ -154,12 +156,14 @@ def divides(wl, cfg) -> bool:
 
 def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
                          tile_k: Sequence[int], inner: int, unroll_k: bool = True,
-                         prepacked: bool = False, lanes: int = 0, l1_bytes: int = 0):
+                         prepacked: bool = False, lanes: int = 0, l1_bytes: int = 0,
+                         nt_store: bool = False):
     """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki].
     ``prepacked``: B is an input already in panels (``prepacked_kernel``), nothing to pack.
     ``lanes``: the vector lanes of the dtype, for packing a B stored [N, K] by register
     transposes of lanes x lanes blocks (``_transposed_pack``; 0: never); ``l1_bytes``: the
-    L1 data cache, above which a padded B stored [N, K] packs across a panel's width."""
+    L1 data cache, above which a padded B stored [N, K] packs across a panel's width;
+    ``nt_store``: C written by non-temporal stores (``_nt_write_back``)."""
     from tvm import tirx  # noqa: PLC0415
 
     _, yo, yi = tile_y
@@ -220,8 +224,11 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     outer = sch.fuse(*batch_loops, jt, it)
     sch.parallel(outer)
     # Accumulate the yi x xi tile in registers; write it back once, vectorised (or, for a
-    # large tile with nothing after the matmul, in C itself: ``_in_place``).
-    if not _in_place(sch, c, yi * xi * DTYPE_BYTES[wl.out_dtype]):
+    # large tile with nothing after the matmul, in C itself: ``_in_place``); ``nt_store``:
+    # written back by non-temporal stores (``_nt_write_back``).
+    if nt_store:
+        _nt_write_back(sch, c, jo, outer, wl, xi, lanes)
+    elif not _in_place(sch, c, yi * xi * DTYPE_BYTES[wl.out_dtype]):
         acc = sch.cache_write(c, 0, "local")
         sch.reverse_compute_at(acc, jo)
         inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
@@ -449,8 +456,45 @@ def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     sch.reorder(ko, xo, ki, xi)
     sch.tensorize(ki, transpose_intrin(wl.dtype, lanes))
     # the intrinsic's body: LLVM IR linked into the kernel's module and inlined there
-    sch.annotate(outer, "pragma_import_llvm", transpose_ir(wl.dtype, lanes))
+    _import_llvm(sch, outer, transpose_ir(wl.dtype, lanes))
     return True
+
+
+def _import_llvm(sch, loop, ir: str):
+    """Import LLVM IR into the kernel's module under ``loop`` (``pragma_import_llvm``), after
+    whatever IR is imported there already (a loop holds one such annotation)."""
+    key = "pragma_import_llvm"
+    had = sch.get(loop).annotations.get(key)
+    if had is not None:
+        had = had.value if hasattr(had, "value") else str(had)
+        sch.unannotate(loop, key)
+        ir = had + "\n" + ir
+    sch.annotate(loop, key, ir)
+
+
+def _nt_write_back(sch, c, jo, outer, wl, xi: int, lanes: int):
+    """The register tile of matmul block ``c`` accumulated in a "local" copy (kept in
+    registers: ``codegen.stack_tiles``, whatever its size) and written back row by row by
+    ``x86_intrin.nt_store_intrin``: non-temporal stores, which send C to memory without first
+    reading each of its lines (the bmm row of the CPU bench: 100 MB of C for 64-deep sums; 9%
+    faster on a 2-core Zen 4, docs/BENCHMARKS.md), the tasks of ``outer`` ended by an sfence.
+    Only where nothing follows the matmul (no crop of a padded M or N, no cast, no epilogue:
+    the write-back is a plain copy) and the tile's rows are whole vectors; ValueError else (a
+    config that asks for it is not built without it)."""
+    from .x86_intrin import LLVM_TYPES, SFENCE, nt_store_intrin, nt_store_ir  # noqa: PLC0415
+    if sch.get_consumers(c):
+        raise ValueError("nt_store: only for a matmul that nothing follows (no padded M or N, "
+                         "no cast, no epilogue)")
+    if wl.out_dtype not in LLVM_TYPES or lanes < 1 or xi % lanes:
+        raise ValueError(f"nt_store: a row of {xi} {wl.out_dtype} is not whole vectors of "
+                         f"{lanes}")
+    acc = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    row = sch.get_loops(acc)[-1]
+    sch.vectorize(row)
+    sch.tensorize(row, nt_store_intrin(wl.out_dtype, xi))
+    _import_llvm(sch, outer, nt_store_ir(wl.out_dtype, xi, lanes))
+    sch.annotate(outer, SFENCE, 1)
 
 
 #: TVM's runtime::kMaxStackAlloca: a CPU allocation of this many bytes or more is a heap
@@ -465,7 +509,10 @@ def _in_place(sch, c, tile_bytes: int) -> bool:
     such a "local" tile (16 AVX-512 vectors: 4 x 64 floats) in a heap workspace, which LLVM
     cannot keep in registers alone: every tile was zeroed there by a memset call and stored
     there before its write-back. C, a noalias argument, LLVM keeps in registers across the
-    reduction (the tile's FMAs, then one vector store per accumulator)."""
+    reduction (the tile's FMAs, then one vector store per accumulator). Since
+    ``codegen.stack_tiles`` keeps local tiles on the stack this is no longer needed for speed
+    (the bmm row's 4 x 64 record ran about as fast either way), but it stays: the shipped records
+    were measured with it."""
     return tile_bytes >= MAX_STACK_ALLOCA and not sch.get_consumers(c)
 
 
@@ -518,7 +565,8 @@ def _bmm_schedule(sch, cfg, wl, facts):
     schedule_packed_gemm(sch, wl, tile_y=[yt, -(-wl.M // yi) // yt, yi], tile_x=[-1, xc, xi],
                          tile_k=cfg["tile_k"].size, inner=inner,
                          unroll_k=bool(cfg.value("unroll_k", 1)), lanes=facts["vector_lanes"],
-                         l1_bytes=facts.get("l1d_bytes", 0))
+                         l1_bytes=facts.get("l1d_bytes", 0),
+                         nt_store=bool(cfg.value("nt_store", 0)))
 
 
 def _padded_k(space, values):
@@ -544,6 +592,17 @@ def _padded_k(space, values):
 C_RUN_BYTES = 256
 
 
+def _nt_fallback(wl, facts, yi: int, xi: int, yo: int = 1, xo: int = 1) -> int:
+    """``nt_store`` of a fallback: 1 where C is larger than the last-level cache (it goes out to
+    memory whatever the kernel does) and the tiles allow it (whole vector rows of an unpadded C
+    in whole tasks of ``yo`` x ``xo`` tiles, nothing after the matmul)."""
+    from .x86_intrin import LLVM_TYPES  # noqa: PLC0415
+    big = wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] > facts.get("l3_bytes", 1 << 62)
+    fits = wl.M % (yo * yi) == 0 and wl.N % (xo * xi) == 0 and xi % facts["vector_lanes"] == 0
+    plain = not wl.epilogue and wl.out_dtype == wl.dtype and wl.out_dtype in LLVM_TYPES
+    return int(big and fits and plain)
+
+
 def _bmm_fallback(space, wl, facts):
     t = fallback_tiles(wl, facts)
     # Column panels per task: runs of C of C_RUN_BYTES where C is larger than the L2 of all
@@ -556,7 +615,8 @@ def _bmm_fallback(space, wl, facts):
         xc *= 2
     return _padded_k(space, {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]],
                              "tile_k": [-1, t["ki"]], "yt": t["yt"],
-                             "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc})
+                             "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc,
+                             "nt_store": _nt_fallback(wl, facts, t["yi"], t["xi"])})
 
 
 BATCH_MATMUL_X86 = ScheduleTemplate(
@@ -572,7 +632,8 @@ BATCH_MATMUL_X86 = ScheduleTemplate(
 def _dense_schedule(sch, cfg, wl, facts):
     schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
                          tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1],
-                         lanes=facts["vector_lanes"], l1_bytes=facts.get("l1d_bytes", 0))
+                         lanes=facts["vector_lanes"], l1_bytes=facts.get("l1d_bytes", 0),
+                         nt_store=bool(cfg.value("nt_store", 0)))
 
 
 def _dense_fallback(space, wl, facts):
@@ -583,7 +644,8 @@ def _dense_fallback(space, wl, facts):
         while yo > 1 and yo * t["yi"] > wl.M:
             yo //= 2
     return _padded_k(space, {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]],
-                             "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]]})
+                             "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]],
+                             "nt_store": _nt_fallback(wl, facts, t["yi"], t["xi"], yo)})
 
 
 DENSE_PACK_X86 = ScheduleTemplate(

@@ -1,4 +1,5 @@
-"""The x86 templates' own tensor intrinsic: a square block transposed in vector registers.
+"""The x86 templates' own tensor intrinsics: a square block transposed in vector registers, and
+a register tile's row stored to C with non-temporal stores (``nt_store_intrin``, below).
 
 A weight stored [N, K] (layout NT) is packed into panels ``[N // xi, K, xi]``: a transpose. As a
 TensorIR loop over (k, x) vectorised along x, LLVM builds every vector of the panel from xi
@@ -85,3 +86,83 @@ def transpose_intrin(dtype: str, n: int) -> str:
         return desc, impl
 
     return register_once(f"tvm_ext_transpose_{n}x{n}_{dtype}", make)
+
+
+# ---- A register tile's row written to C with non-temporal stores.
+#
+# A GEMM whose output goes out to memory (the bmm row: 100 MB of C for 64-deep sums) writes every
+# line of C through the cache: each store first reads the line it fills (a read for ownership),
+# so C costs twice its size in memory traffic, and the stores wait for those reads. Non-temporal
+# stores (``vmovntps``) fill write-combining buffers that go to memory whole, without the read.
+# LLVM emits them for a store with ``!nontemporal`` metadata, which TVM's codegen cannot attach:
+# the row is stored by an LLVM IR function imported into the kernel (``pragma_import_llvm``) and
+# inlined there, as the transposes are. Such stores need their address aligned to the vector; an
+# unaligned row (a view of C at an odd offset) takes ordinary stores instead.
+
+
+#: A parallel loop annotated with this key ends each of its tasks with an ``sfence``
+#: (``codegen.stack_tiles``): the task's non-temporal stores are in memory before the thread
+#: pool counts it done.
+SFENCE = "tvm_ext.sfence"
+
+
+def nt_store_ir(dtype: str, n: int, lanes: int) -> str:
+    """LLVM IR of ``void tvm_ext_ntstore_<n>_<dtype>(dst, src)``: dst[0:n] = src[0:n] in
+    ``lanes``-wide vectors, non-temporal where dst is aligned to the vector's bytes."""
+    if n % lanes:
+        raise ValueError(f"a row of {n} in vectors of {lanes}: not whole vectors")
+    ty = LLVM_TYPES[dtype]
+    vec, width = f"<{lanes} x {ty}>", lanes * (8 if dtype == "float64" else 4)
+    out = [f"define void @{_nt_symbol(dtype, n)}(ptr %dst, ptr %src) alwaysinline {{",
+           "entry:",
+           "  %addr = ptrtoint ptr %dst to i64",
+           f"  %low = and i64 %addr, {width - 1}",
+           "  %aligned = icmp eq i64 %low, 0",
+           "  br i1 %aligned, label %nt, label %plain"]
+    for label, tail in (("nt", f"align {width}, !nontemporal !0"), ("plain", "align 4")):
+        out.append(f"{label}:")
+        for v in range(n // lanes):
+            out += [f"  %{label}s{v} = getelementptr {ty}, ptr %src, i64 {v * lanes}",
+                    f"  %{label}x{v} = load {vec}, ptr %{label}s{v}, align 4",
+                    f"  %{label}d{v} = getelementptr {ty}, ptr %dst, i64 {v * lanes}",
+                    f"  store {vec} %{label}x{v}, ptr %{label}d{v}, {tail}"]
+        out.append("  ret void")
+    out += ["}", "!0 = !{i32 1}", ""]
+    return "\n".join(out)
+
+
+def _nt_symbol(dtype: str, n: int) -> str:
+    return f"tvm_ext_ntstore_{n}_{dtype}"
+
+
+def nt_store_intrin(dtype: str, n: int) -> str:
+    """The name of the registered intrinsic D[x] = S[x] over n values (S a "local" register
+    tile's row, D a row of C), whose implementation calls ``nt_store_ir``'s function: the
+    kernel needs that IR imported where it uses the intrinsic."""
+    from tvm.script import tirx as T  # noqa: PLC0415
+
+    def make():
+        @T.prim_func(s_tir=True)
+        def desc(s: T.handle, d: T.handle) -> None:
+            S = T.match_buffer(s, (n,), dtype, offset_factor=1, scope="local")
+            D = T.match_buffer(d, (n,), dtype, offset_factor=1)
+            with T.sblock("root"):
+                T.reads(S[0:n])
+                T.writes(D[0:n])
+                for x in T.vectorized(n):
+                    with T.sblock("store"):
+                        vx = T.axis.remap("S", [x])
+                        D[vx] = S[vx]
+
+        @T.prim_func(s_tir=True)
+        def impl(s: T.handle, d: T.handle) -> None:
+            S = T.match_buffer(s, (n,), dtype, offset_factor=1, scope="local")
+            D = T.match_buffer(d, (n,), dtype, offset_factor=1)
+            with T.sblock("root"):
+                T.reads(S[0:n])
+                T.writes(D[0:n])
+                T.evaluate(T.call_extern("void", _nt_symbol(dtype, n), D.access_ptr("w"),
+                                         S.access_ptr("r")))
+        return desc, impl
+
+    return register_once(_nt_symbol(dtype, n), make)

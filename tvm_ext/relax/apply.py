@@ -89,7 +89,8 @@ class ApplyTunedKernels:
             # any other fused function needs a schedule of its blocks.
             scheduled = fused is not None and not (spec and _same_params(f, wl))
             try:
-                task, choice = choose(wl, self.target, schedulable=scheduled)
+                task, choice = choose(wl, self.target, schedulable=scheduled,
+                                      followed=fused is not None and not spec)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
             if fused is not None and not spec and choice.tuned:

@@ -44,7 +44,8 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
             if not prepackable(task.name, wl, cfg):
                 return call
             packed = pack_weight(wl, fields[1].value.numpy(), cfg["tile_x"].size[-1])
-            func = mark(prepacked_kernel(wl, cfg).without_attr("global_symbol"),
+            func = mark(prepacked_kernel(wl, cfg, task.facts["vector_lanes"])
+                        .without_attr("global_symbol"),
                         self.builder_.get()[gv], task.name)
             new_gv = self.builder_.add_func(func, f"{gv.name_hint}_prepacked")
             done.append(gv.name_hint)
