@@ -476,8 +476,9 @@ def _nt_write_back(sch, c, jo, outer, wl, xi: int, lanes: int):
     """The register tile of matmul block ``c`` accumulated in a "local" copy (kept in
     registers: ``codegen.stack_tiles``, whatever its size) and written back row by row by
     ``x86_intrin.nt_store_intrin``: non-temporal stores, which send C to memory without first
-    reading each of its lines (the bmm row of the CPU bench: 100 MB of C for 64-deep sums; 9%
-    faster on a 2-core Zen 4, docs/BENCHMARKS.md), the tasks of ``outer`` ended by an sfence.
+    reading each of its lines (the bmm row of the CPU bench, 100 MB of C for 64-deep sums: its
+    fallback from 18.1 to 15.1 ms on a 2-core Zen 4, docs/BENCHMARKS.md), the tasks of
+    ``outer`` ended by an sfence.
     Only where nothing follows the matmul (no crop of a padded M or N, no cast, no epilogue:
     the write-back is a plain copy) and the tile's rows are whole vectors; ValueError else (a
     config that asks for it is not built without it)."""
@@ -511,8 +512,8 @@ def _in_place(sch, c, tile_bytes: int) -> bool:
     there before its write-back. C, a noalias argument, LLVM keeps in registers across the
     reduction (the tile's FMAs, then one vector store per accumulator). Since
     ``codegen.stack_tiles`` keeps local tiles on the stack this is no longer needed for speed
-    (the bmm row's 4 x 64 record ran about as fast either way), but it stays: the shipped records
-    were measured with it."""
+    (the bmm row's 4 x 64 record ran about as fast either way), but it stays: the shipped
+    records were measured with it."""
     return tile_bytes >= MAX_STACK_ALLOCA and not sch.get_consumers(c)
 
 
@@ -592,14 +593,16 @@ def _padded_k(space, values):
 C_RUN_BYTES = 256
 
 
-def _nt_fallback(wl, facts, yi: int, xi: int, yo: int = 1, xo: int = 1) -> int:
-    """``nt_store`` of a fallback: 1 where C is larger than the last-level cache (it goes out to
-    memory whatever the kernel does) and the tiles allow it (whole vector rows of an unpadded C
-    in whole tasks of ``yo`` x ``xo`` tiles, nothing after the matmul)."""
+def _nt_fallback(space, wl, facts, yi: int, xi: int, yo: int = 1, xo: int = 1) -> int:
+    """``nt_store`` of a fallback: 1 where the space's rule allows it (C larger than the
+    last-level cache, which it goes out to whatever the kernel does; whole vector rows of an
+    unpadded C in whole tasks of ``yo`` x ``xo`` tiles; nothing after the matmul; not a kernel
+    of symbolic extents)."""
     from .x86_intrin import LLVM_TYPES  # noqa: PLC0415
     big = wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] > facts.get("l3_bytes", 1 << 62)
     fits = wl.M % (yo * yi) == 0 and wl.N % (xo * xi) == 0 and xi % facts["vector_lanes"] == 0
-    plain = not wl.epilogue and wl.out_dtype == wl.dtype and wl.out_dtype in LLVM_TYPES
+    plain = not wl.epilogue and wl.out_dtype == wl.dtype and wl.out_dtype in LLVM_TYPES and \
+        not space.facts.get("symbolic", 0)
     return int(big and fits and plain)
 
 
@@ -616,7 +619,7 @@ def _bmm_fallback(space, wl, facts):
     return _padded_k(space, {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]],
                              "tile_k": [-1, t["ki"]], "yt": t["yt"],
                              "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc,
-                             "nt_store": _nt_fallback(wl, facts, t["yi"], t["xi"])})
+                             "nt_store": _nt_fallback(space, wl, facts, t["yi"], t["xi"])})
 
 
 BATCH_MATMUL_X86 = ScheduleTemplate(
@@ -645,7 +648,7 @@ def _dense_fallback(space, wl, facts):
             yo //= 2
     return _padded_k(space, {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]],
                              "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]],
-                             "nt_store": _nt_fallback(wl, facts, t["yi"], t["xi"], yo)})
+                             "nt_store": _nt_fallback(space, wl, facts, t["yi"], t["xi"], yo)})
 
 
 DENSE_PACK_X86 = ScheduleTemplate(
