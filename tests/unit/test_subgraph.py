@@ -125,6 +125,19 @@ def test_kernel_templates_and_epilogues():
     assert "without epilogues" in plain.why_not(wl, Task(wl.anchor, target).facts)
 
 
+def _tanh_of_matmul():
+    """A Relax module tanh(x @ w), x 32 x 48, w 48 x 64: a matmul fused with an op that no
+    workload names (its anchor's records serve it)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((32, 48), "float32"))
+    w = relax.Var("w", R.Tensor((48, 64), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(R.tanh(R.matmul(x, w)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def test_an_anchor_record_that_stores_non_temporally_is_not_built_into_a_fused_function(
         tmp_path, monkeypatch):
     """An anchor matmul's record with ``nt_store`` = 1 (C written by non-temporal stores, which
@@ -136,14 +149,7 @@ def test_an_anchor_record_that_stores_non_temporally_is_not_built_into_a_fused_f
     facts = tvm_ext.task.hardware_facts
     monkeypatch.setattr(tvm_ext.task, "hardware_facts",
                         lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024})
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", R.Tensor((32, 48), "float32"))
-    w = relax.Var("w", R.Tensor((48, 64), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            out = bb.emit_output(R.tanh(R.matmul(x, w)))
-        bb.emit_func_output(out)
-    mod = bb.get()
+    mod = _tanh_of_matmul()
     (wl, _), = extract_tasks(mod, CPU, subgraphs=True)
     task = Task(wl, CPU)
     lanes = task.facts["vector_lanes"]
@@ -266,14 +272,7 @@ def test_model_subgraph_tasks_tuned_and_applied(tmp_path):
 
 def test_unknown_epilogue_op_uses_the_anchor(tmp_path):
     """A fused op we cannot name (tanh) leaves the function to its anchor's records."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", R.Tensor((32, 48), "float32"))
-    w = relax.Var("w", R.Tensor((48, 64), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            out = bb.emit_output(R.tanh(R.matmul(x, w)))
-        bb.emit_func_output(out)
-    mod = bb.get()
+    mod = _tanh_of_matmul()
     (task_wl, _), = extract_tasks(mod, CPU, subgraphs=True)
     assert task_wl.epilogue == ""
     log = tmp_path / "anchor.json"
