@@ -32,8 +32,8 @@ the stack: a "local" register tile of 256 bytes was a heap workspace too. CPU ke
 compiled with TVM's own pipeline plus one host pass (``stack_tiles``) that marks every "local"
 buffer of at most ``STACK_TILE_BYTES`` to stay a stack array (TVM's ``disable_lower_builtin``),
 which LLVM then promotes to registers, and that ends every task of a parallel loop annotated
-``x86_intrin.SFENCE`` with an ``sfence``, so that the task's non-temporal stores are in memory
-before the thread pool counts it done.
+``x86_intrin.FENCE_TASKS`` with a fence (``sfence`` on x86), so that the task's non-temporal
+stores are in memory before the thread pool counts it done.
 """
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def use_nvcc_without_nvrtc():
 
 def compile_module(mod, target, pass_config=None):
     """``tvm.compile`` a scheduled module for ``target`` with a template's pass options (a CPU
-    module with ``CPU_PIPELINE``: TVM's, plus ``stack_tiles``)."""
+    module with ``cpu_pipeline()``: TVM's, plus ``stack_tiles``)."""
     import tvm  # noqa: PLC0415
 
     if target.kind.name == "cuda":
@@ -166,13 +166,13 @@ def _const_bytes(buf):
     return n * dt.bits * dt.lanes // 8
 
 
-def _stack_tiles_stmt(stmt, limit: int):
-    """``stmt`` with its small "local" allocations kept on the stack and its ``SFENCE`` loops'
-    tasks ended by an sfence (the statements that hold others are rebuilt where a child
-    changed; any other statement is left as it is)."""
+def _stack_tiles_stmt(stmt, limit: int, fence):
+    """``stmt`` with its small "local" allocations kept on the stack and the tasks of its
+    ``FENCE_TASKS`` loops ended by the statement ``fence`` (the statements that hold others are
+    rebuilt where a child changed; any other statement is left as it is)."""
     from tvm import tirx  # noqa: PLC0415
 
-    from .ops.x86_intrin import SFENCE  # noqa: PLC0415
+    from .ops.x86_intrin import FENCE_TASKS  # noqa: PLC0415
 
     def same(new, old):
         return all(a.same_as(b) for a, b in zip(new, old))
@@ -185,30 +185,29 @@ def _stack_tiles_stmt(stmt, limit: int):
             return tirx.AllocBuffer(stmt.buffer, notes, stmt.span)
         return stmt
     if isinstance(stmt, tirx.SeqStmt):
-        seq = [_stack_tiles_stmt(s, limit) for s in stmt.seq]
+        seq = [_stack_tiles_stmt(s, limit, fence) for s in stmt.seq]
         return stmt if same(seq, stmt.seq) else tirx.SeqStmt(seq, stmt.span)
     if isinstance(stmt, tirx.For):
-        body = _stack_tiles_stmt(stmt.body, limit)
+        body = _stack_tiles_stmt(stmt.body, limit, fence)
         notes = dict(stmt.annotations)
-        if notes.pop(SFENCE, None) is not None:
-            fence = tirx.Evaluate(tirx.call_llvm_intrin("void", "llvm.x86.sse.sfence"))
+        if notes.pop(FENCE_TASKS, None) is not None:
             body = tirx.SeqStmt([body, fence])
         elif body.same_as(stmt.body):
             return stmt
         return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
                         stmt.thread_binding, notes, stmt.step, stmt.span)
     if isinstance(stmt, tirx.AttrStmt):
-        body = _stack_tiles_stmt(stmt.body, limit)
+        body = _stack_tiles_stmt(stmt.body, limit, fence)
         return stmt if body.same_as(stmt.body) else \
             tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, stmt.span)
     if isinstance(stmt, tirx.IfThenElse):
-        then = _stack_tiles_stmt(stmt.then_case, limit)
-        other = None if stmt.else_case is None else _stack_tiles_stmt(stmt.else_case, limit)
+        then = _stack_tiles_stmt(stmt.then_case, limit, fence)
+        other = None if stmt.else_case is None else _stack_tiles_stmt(stmt.else_case, limit, fence)
         if then.same_as(stmt.then_case) and (other is None or other.same_as(stmt.else_case)):
             return stmt
         return tirx.IfThenElse(stmt.condition, then, other, stmt.span)
     if isinstance(stmt, tirx.While):
-        body = _stack_tiles_stmt(stmt.body, limit)
+        body = _stack_tiles_stmt(stmt.body, limit, fence)
         return stmt if body.same_as(stmt.body) else tirx.While(stmt.condition, body, stmt.span)
     return stmt
 
@@ -219,9 +218,26 @@ def stack_tiles(limit: int = STACK_TILE_BYTES):
 
     @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tvm_ext.StackTiles")
     def _pass(func, _mod, _ctx):
-        body = _stack_tiles_stmt(func.body, limit)
+        body = _stack_tiles_stmt(func.body, limit, _nt_fence(func))
         return func if body.same_as(func.body) else func.with_body(body)
     return _pass
+
+
+def _nt_fence(func):
+    """The statement that orders a task's non-temporal stores before what follows: ``sfence``
+    on x86 (LLVM lowers a ``fence seq_cst`` there to a locked instruction, which x86 does not
+    promise orders non-temporal stores), else ``x86_intrin.NT_FENCE`` (``fence seq_cst``:
+    ``dmb ish`` on AArch64)."""
+    from tvm import tirx  # noqa: PLC0415
+    from tvm.target import codegen  # noqa: PLC0415
+
+    from .ops.x86_intrin import NT_FENCE  # noqa: PLC0415
+    target = func.attrs.get("target") if func.attrs is not None else None
+    triple = (target.attrs.get("mtriple") if target is not None else None) or \
+        codegen.llvm_get_system_triple()
+    if str(triple).startswith(("x86_64", "i386", "i686")):
+        return tirx.Evaluate(tirx.call_llvm_intrin("void", "llvm.x86.sse.sfence"))
+    return tirx.Evaluate(tirx.call_extern("void", NT_FENCE))
 
 
 @functools.lru_cache(maxsize=None)

@@ -478,11 +478,11 @@ def _nt_write_back(sch, c, jo, outer, wl, xi: int, lanes: int):
     ``x86_intrin.nt_store_intrin``: non-temporal stores, which send C to memory without first
     reading each of its lines (the bmm row of the CPU bench, 100 MB of C for 64-deep sums: its
     fallback from 18.1 to 15.1 ms on a 2-core Zen 4, docs/BENCHMARKS.md), the tasks of
-    ``outer`` ended by an sfence.
+    ``outer`` ended by a fence (``x86_intrin.NT_FENCE``).
     Only where nothing follows the matmul (no crop of a padded M or N, no cast, no epilogue:
     the write-back is a plain copy) and the tile's rows are whole vectors; ValueError else (a
     config that asks for it is not built without it)."""
-    from .x86_intrin import LLVM_TYPES, SFENCE, nt_store_intrin, nt_store_ir  # noqa: PLC0415
+    from .x86_intrin import FENCE_TASKS, LLVM_TYPES, nt_store_intrin, nt_store_ir  # noqa: PLC0415
     if sch.get_consumers(c):
         raise ValueError("nt_store: only for a matmul that nothing follows (no padded M or N, "
                          "no cast, no epilogue)")
@@ -495,7 +495,7 @@ def _nt_write_back(sch, c, jo, outer, wl, xi: int, lanes: int):
     sch.vectorize(row)
     sch.tensorize(row, nt_store_intrin(wl.out_dtype, xi))
     _import_llvm(sch, outer, nt_store_ir(wl.out_dtype, xi, lanes))
-    sch.annotate(outer, SFENCE, 1)
+    sch.annotate(outer, FENCE_TASKS, 1)
 
 
 #: TVM's runtime::kMaxStackAlloca: a CPU allocation of this many bytes or more is a heap

@@ -100,15 +100,20 @@ def transpose_intrin(dtype: str, n: int) -> str:
 # unaligned row (a view of C at an odd offset) takes ordinary stores instead.
 
 
-#: A parallel loop annotated with this key ends each of its tasks with an ``sfence``
-#: (``codegen.stack_tiles``): the task's non-temporal stores are in memory before the thread
-#: pool counts it done.
-SFENCE = "tvm_ext.sfence"
+#: A parallel loop annotated with this key ends each of its tasks with a call of
+#: ``NT_FENCE`` (``codegen.stack_tiles``): the task's non-temporal stores, which are not ordered
+#: with the ordinary store that tells the thread pool the task is done, are in memory first.
+FENCE_TASKS = "tvm_ext.nt_fence"
+
+#: The function (defined in ``nt_store_ir``'s IR) that fences non-temporal stores off x86:
+#: LLVM's ``fence seq_cst`` (``dmb ish`` on AArch64); x86 takes ``sfence`` (``codegen``).
+NT_FENCE = "tvm_ext_nt_fence"
 
 
 def nt_store_ir(dtype: str, n: int, lanes: int) -> str:
     """LLVM IR of ``void tvm_ext_ntstore_<n>_<dtype>(dst, src)``: dst[0:n] = src[0:n] in
-    ``lanes``-wide vectors, non-temporal where dst is aligned to the vector's bytes."""
+    ``lanes``-wide vectors, non-temporal where dst is aligned to the vector's bytes; and of
+    ``void NT_FENCE()``."""
     if n % lanes:
         raise ValueError(f"a row of {n} in vectors of {lanes}: not whole vectors")
     ty = LLVM_TYPES[dtype]
@@ -127,7 +132,8 @@ def nt_store_ir(dtype: str, n: int, lanes: int) -> str:
                     f"  %{label}d{v} = getelementptr {ty}, ptr %dst, i64 {v * lanes}",
                     f"  store {vec} %{label}x{v}, ptr %{label}d{v}, {tail}"]
         out.append("  ret void")
-    out += ["}", "!0 = !{i32 1}", ""]
+    out += ["}", f"define void @{NT_FENCE}() alwaysinline {{", "  fence seq_cst", "  ret void",
+            "}", "!0 = !{i32 1}", ""]
     return "\n".join(out)
 
 
