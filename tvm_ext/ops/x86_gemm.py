@@ -227,8 +227,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     # large tile with nothing after the matmul, in C itself: ``_in_place``); ``nt_store``:
     # written back by non-temporal stores (``_nt_write_back``).
     if nt_store:
-        _nt_write_back(sch, c, jo, outer, wl, xi, lanes)
-    elif not _in_place(sch, c, yi * xi * DTYPE_BYTES[wl.out_dtype]):
+        _check_nt_store(sch, c, wl, xi, lanes)
+    if nt_store or not _in_place(sch, c, yi * xi * DTYPE_BYTES[wl.out_dtype]):
         acc = sch.cache_write(c, 0, "local")
         sch.reverse_compute_at(acc, jo)
         inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
@@ -237,6 +237,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         # loop" would vectorize jo, around the serial reduction (wrong sums).
         if not sch.get(last).same_as(sch.get(jo)):
             sch.vectorize(last)
+        if nt_store:
+            _nt_write_back(sch, last, outer, wl, xi, lanes)
     if pack is not None:
         inline_producer(sch, pack)  # a padded N or K: the zeros of B, written into the panel
         _clamp_padded(sch, pack, "B", -2 if wl.transpose_b else -1)  # its N index
@@ -472,27 +474,28 @@ def _import_llvm(sch, loop, ir: str):
     sch.annotate(loop, key, ir)
 
 
-def _nt_write_back(sch, c, jo, outer, wl, xi: int, lanes: int):
-    """The register tile of matmul block ``c`` accumulated in a "local" copy (kept in
-    registers: ``codegen.stack_tiles``, whatever its size) and written back row by row by
-    ``x86_intrin.nt_store_intrin``: non-temporal stores, which send C to memory without first
-    reading each of its lines (the bmm row of the CPU bench, 100 MB of C for 64-deep sums: its
-    fallback from 18.1 to 15.1 ms on a 2-core Zen 4, docs/BENCHMARKS.md), the tasks of
-    ``outer`` ended by a fence (``x86_intrin.NT_FENCE``).
-    Only where nothing follows the matmul (no crop of a padded M or N, no cast, no epilogue:
-    the write-back is a plain copy) and the tile's rows are whole vectors; ValueError else (a
-    config that asks for it is not built without it)."""
-    from .x86_intrin import FENCE_TASKS, LLVM_TYPES, nt_store_intrin, nt_store_ir  # noqa: PLC0415
+def _check_nt_store(sch, c, wl, xi: int, lanes: int):
+    """ValueError unless the register tile of matmul block ``c`` can be written back by
+    ``_nt_write_back``: nothing follows the matmul (no crop of a padded M or N, no cast, no
+    epilogue: the write-back is a plain copy) and the tile's rows are whole vectors (a config
+    that asks for it is not built without it)."""
+    from .x86_intrin import LLVM_TYPES  # noqa: PLC0415
     if sch.get_consumers(c):
         raise ValueError("nt_store: only for a matmul that nothing follows (no padded M or N, "
                          "no cast, no epilogue)")
     if wl.out_dtype not in LLVM_TYPES or lanes < 1 or xi % lanes:
         raise ValueError(f"nt_store: a row of {xi} {wl.out_dtype} is not whole vectors of "
                          f"{lanes}")
-    acc = sch.cache_write(c, 0, "local")
-    sch.reverse_compute_at(acc, jo)
-    row = sch.get_loops(acc)[-1]
-    sch.vectorize(row)
+
+
+def _nt_write_back(sch, row, outer, wl, xi: int, lanes: int):
+    """The register tile's write-back (its vectorised ``row`` loop; the tile in a "local" copy,
+    kept in registers by ``codegen.stack_tiles`` whatever its size) by
+    ``x86_intrin.nt_store_intrin``: non-temporal stores, which send C to memory without first
+    reading each of its lines (the bmm row of the CPU bench, 100 MB of C for 64-deep sums: its
+    fallback from 18.1 to 15.1 ms on a 2-core Zen 4, docs/BENCHMARKS.md), the tasks of
+    ``outer`` ended by a fence (``x86_intrin.FENCE_TASKS``). ``_check_nt_store`` first."""
+    from .x86_intrin import FENCE_TASKS, nt_store_intrin, nt_store_ir  # noqa: PLC0415
     sch.tensorize(row, nt_store_intrin(wl.out_dtype, xi))
     _import_llvm(sch, outer, nt_store_ir(wl.out_dtype, xi, lanes))
     sch.annotate(outer, FENCE_TASKS, 1)
@@ -570,19 +573,33 @@ def _bmm_schedule(sch, cfg, wl, facts):
                          nt_store=bool(cfg.value("nt_store", 0)))
 
 
+def _if_allowed(space, values, change):
+    """``values`` updated by ``change`` where that breaks none of the space's rules that
+    ``values`` keep, else ``values``."""
+    changed = {**values, **change}
+    try:
+        before = set(space.violations(space.config_from_values(values)))
+        after = set(space.violations(space.config_from_values(changed)))
+    except Exception:  # noqa: BLE001  (a value the space cannot hold: keep ``values``)
+        return values
+    return changed if after <= before else values
+
+
 def _padded_k(space, values):
     """``values`` with 4 unrolled K steps instead of 1 (a K without a small divisor, a prime:
     K padded with zeros up to a multiple of 4; 131 -> 132 ran 5% faster), where that breaks
     none of the space's rules that the unpadded tiles keep (they bound the padding)."""
     if values["tile_k"][-1] != 1:
         return values
-    padded = {**values, "tile_k": [-1, 4]}
-    try:
-        before = set(space.violations(space.config_from_values(values)))
-        after = set(space.violations(space.config_from_values(padded)))
-    except Exception:  # noqa: BLE001  (a value the space cannot hold: keep the divisor)
-        return values
-    return padded if after <= before else values
+    return _if_allowed(space, values, {"tile_k": [-1, 4]})
+
+
+def _fallback(space, values):
+    """A fallback's ``values`` (``nt_store`` 0), K padded (``_padded_k``) and C written by
+    non-temporal stores wherever the space's rule allows it (C larger than the last-level
+    cache, which it goes out to whatever the kernel does; whole vector rows of an unpadded C;
+    nothing after the matmul)."""
+    return _if_allowed(space, _padded_k(space, values), {"nt_store": 1})
 
 
 #: Bytes of C a row tile writes in one run (``xc`` panels of xi) where C goes out to memory:
@@ -591,19 +608,6 @@ def _padded_k(space, values):
 #: in L2) 7% slower with two (``--suite cpu --only bmm small_bmm --sweep batch_matmul.x86
 #: --set xc=1,2``, 2-core Emerald Rapids).
 C_RUN_BYTES = 256
-
-
-def _nt_fallback(space, wl, facts, yi: int, xi: int, yo: int = 1, xo: int = 1) -> int:
-    """``nt_store`` of a fallback: 1 where the space's rule allows it (C larger than the
-    last-level cache, which it goes out to whatever the kernel does; whole vector rows of an
-    unpadded C in whole tasks of ``yo`` x ``xo`` tiles; nothing after the matmul; not a kernel
-    of symbolic extents)."""
-    from .x86_intrin import LLVM_TYPES  # noqa: PLC0415
-    big = wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] > facts.get("l3_bytes", 1 << 62)
-    fits = wl.M % (yo * yi) == 0 and wl.N % (xo * xi) == 0 and xi % facts["vector_lanes"] == 0
-    plain = not wl.epilogue and wl.out_dtype == wl.dtype and wl.out_dtype in LLVM_TYPES and \
-        not space.facts.get("symbolic", 0)
-    return int(big and fits and plain)
 
 
 def _bmm_fallback(space, wl, facts):
@@ -616,10 +620,10 @@ def _bmm_fallback(space, wl, facts):
     while (streamed and xc * t["xi"] * nbytes < C_RUN_BYTES and panels % (2 * xc) == 0
            and wl.batch * panels // (2 * xc) * t["yt"] >= 2 * facts["num_cores"]):
         xc *= 2
-    return _padded_k(space, {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]],
+    return _fallback(space, {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]],
                              "tile_k": [-1, t["ki"]], "yt": t["yt"],
                              "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc,
-                             "nt_store": _nt_fallback(space, wl, facts, t["yi"], t["xi"])})
+                             "nt_store": 0})
 
 
 BATCH_MATMUL_X86 = ScheduleTemplate(
@@ -646,9 +650,9 @@ def _dense_fallback(space, wl, facts):
         yo = 1 << (yo.bit_length() - 1)  # of the space's values; the last task takes the rest)
         while yo > 1 and yo * t["yi"] > wl.M:
             yo //= 2
-    return _padded_k(space, {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]],
+    return _fallback(space, {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]],
                              "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]],
-                             "nt_store": _nt_fallback(space, wl, facts, t["yi"], t["xi"], yo)})
+                             "nt_store": 0})
 
 
 DENSE_PACK_X86 = ScheduleTemplate(
