@@ -56,6 +56,44 @@ def grid_dependency_stmts():
             tirx.Evaluate(T.ptx.griddepcontrol.launch_dependents())]
 
 
+def _rebuilt(stmt, child):
+    """``stmt``, a statement that holds others (``SeqStmt``, ``For``, ``AttrStmt``,
+    ``IfThenElse``, ``While``, ``SBlockRealize``), with ``child`` applied to each of them, and
+    rebuilt only where one changed; any other statement as it is. (TVM 0.27 has no Python
+    statement mutator.)"""
+    from tvm import s_tir, tirx  # noqa: PLC0415
+
+    if isinstance(stmt, tirx.SeqStmt):
+        seq = [child(s) for s in stmt.seq]
+        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else \
+            tirx.SeqStmt(seq, stmt.span)
+    if isinstance(stmt, tirx.IfThenElse):
+        then = child(stmt.then_case)
+        other = None if stmt.else_case is None else child(stmt.else_case)
+        if then.same_as(stmt.then_case) and (other is None or other.same_as(stmt.else_case)):
+            return stmt
+        return tirx.IfThenElse(stmt.condition, then, other, stmt.span)
+    if isinstance(stmt, s_tir.SBlockRealize):
+        b = stmt.block
+        body = child(b.body)
+        if body.same_as(b.body):
+            return stmt
+        block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint, body, b.init,
+                             b.alloc_buffers, b.match_buffers, b.annotations)
+        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
+    if not isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
+        return stmt
+    body = child(stmt.body)
+    if body.same_as(stmt.body):
+        return stmt
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                        stmt.thread_binding, stmt.annotations, stmt.step, stmt.span)
+    if isinstance(stmt, tirx.AttrStmt):
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, stmt.span)
+    return tirx.While(stmt.condition, body, stmt.span)
+
+
 def with_dependent_launch(func):
     """``func`` with every kernel opened by ``grid_dependency_stmts`` and launched with PDL;
     ValueError where a kernel cannot be opened."""
@@ -67,24 +105,15 @@ def with_dependent_launch(func):
 
     found = []
 
+    def opened(body):
+        return tirx.SeqStmt(grid_dependency_stmts() + [body])
+
     def visit(stmt):
-        if isinstance(stmt, s_tir.SBlockRealize):
-            b = stmt.block
-            block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint, visit(b.body),
-                                 b.init, b.alloc_buffers, b.match_buffers, b.annotations)
-            return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
-        if isinstance(stmt, tirx.SeqStmt):
-            return tirx.SeqStmt([visit(s) for s in stmt.seq])
-        if binds(stmt):
-            if binds(stmt.body):
-                body = visit(stmt.body)
-            else:
-                found.append(stmt)
-                body = tirx.SeqStmt(grid_dependency_stmts() + [stmt.body])
-            if isinstance(stmt, tirx.AttrStmt):
-                return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body)
-            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                            stmt.thread_binding, stmt.annotations)
+        if binds(stmt) and not binds(stmt.body):  # the innermost binding: the kernel's body
+            found.append(stmt)
+            return _rebuilt(stmt, opened)
+        if binds(stmt) or isinstance(stmt, (tirx.SeqStmt, s_tir.SBlockRealize)):
+            return _rebuilt(stmt, visit)
         if any(k in stmt.script() for k in ("thread_binding", "launch_thread", "env_thread")):
             raise ValueError("with_dependent_launch: a kernel nested under a "
                              f"{type(stmt).__name__} is not handled")
@@ -174,9 +203,6 @@ def _stack_tiles_stmt(stmt, limit: int, fence):
 
     from .ops.x86_intrin import FENCE_TASKS  # noqa: PLC0415
 
-    def same(new, old):
-        return all(a.same_as(b) for a, b in zip(new, old))
-
     if isinstance(stmt, tirx.AllocBuffer):
         size = _const_bytes(stmt.buffer)
         if stmt.buffer.scope() == "local" and size is not None and size <= limit \
@@ -184,32 +210,12 @@ def _stack_tiles_stmt(stmt, limit: int, fence):
             notes = {**dict(stmt.annotations), _KEEP_ALLOC: tirx.IntImm("int32", 1)}
             return tirx.AllocBuffer(stmt.buffer, notes, stmt.span)
         return stmt
-    if isinstance(stmt, tirx.SeqStmt):
-        seq = [_stack_tiles_stmt(s, limit, fence) for s in stmt.seq]
-        return stmt if same(seq, stmt.seq) else tirx.SeqStmt(seq, stmt.span)
-    if isinstance(stmt, tirx.For):
-        body = _stack_tiles_stmt(stmt.body, limit, fence)
-        notes = dict(stmt.annotations)
-        if notes.pop(FENCE_TASKS, None) is not None:
-            body = tirx.SeqStmt([body, fence])
-        elif body.same_as(stmt.body):
-            return stmt
+    if isinstance(stmt, tirx.For) and FENCE_TASKS in stmt.annotations:
+        notes = {k: v for k, v in stmt.annotations.items() if k != FENCE_TASKS}
+        body = tirx.SeqStmt([_stack_tiles_stmt(stmt.body, limit, fence), fence])
         return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
                         stmt.thread_binding, notes, stmt.step, stmt.span)
-    if isinstance(stmt, tirx.AttrStmt):
-        body = _stack_tiles_stmt(stmt.body, limit, fence)
-        return stmt if body.same_as(stmt.body) else \
-            tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, stmt.span)
-    if isinstance(stmt, tirx.IfThenElse):
-        then = _stack_tiles_stmt(stmt.then_case, limit, fence)
-        other = None if stmt.else_case is None else _stack_tiles_stmt(stmt.else_case, limit, fence)
-        if then.same_as(stmt.then_case) and (other is None or other.same_as(stmt.else_case)):
-            return stmt
-        return tirx.IfThenElse(stmt.condition, then, other, stmt.span)
-    if isinstance(stmt, tirx.While):
-        body = _stack_tiles_stmt(stmt.body, limit, fence)
-        return stmt if body.same_as(stmt.body) else tirx.While(stmt.condition, body, stmt.span)
-    return stmt
+    return _rebuilt(stmt, lambda s: _stack_tiles_stmt(s, limit, fence))
 
 
 def stack_tiles(limit: int = STACK_TILE_BYTES):

@@ -205,29 +205,34 @@ class Kernel:
         return float(np.median(timer(*args).results))
 
 
-def record_config(best: rec.Record, workload: Workload, target, *, schedulable: bool = False):
+class NotApplied(Exception):
+    """``record_config``: why a record does not apply (the text that follows its label)."""
+
+
+def record_config(best: rec.Record, workload: Workload, target, *, schedulable: bool = False,
+                  followed: bool = False):
     """(task, RecordFit, legacy meaning) of a record applied to ``workload`` on ``target``: its
-    template's task, its knobs as they meant in the TVM version that wrote it, completed and
-    checked against the space's rules; else the reason it does not apply (a string that
-    follows the record's label)."""
+    template's task (``followed``: that of a fused function, as ``choose``), its knobs as they
+    meant in the TVM version that wrote it, completed and checked against the space's rules;
+    ``NotApplied`` with the reason where it does not apply."""
     try:
-        task = Task(workload, target, template=best.task_name)
+        task = Task(workload, target, template=best.task_name, followed=followed)
     except TvmExtError as err:  # e.g. a record of a template that takes no epilogue
-        return f": {err}"
+        raise NotApplied(f": {err}") from None
     if schedulable and not task.template.schedulable:
-        return (f": {task.name} writes its own kernel, which a fused Relax function cannot "
-                "take (it gets a template with a schedule)")
+        raise NotApplied(f": {task.name} writes its own kernel, which a fused Relax function "
+                         "cannot take (it gets a template with a schedule)")
     try:  # what the record's knobs meant in the TVM version that wrote it
         meaning = legacy.translate(best, task.space)
     except SpaceError as err:  # no space of this template for the shape
-        return f": {err}"
+        raise NotApplied(f": {err}") from None
     if not meaning.applies:
-        return f" (TVM {best.tvm_version or 'unknown'}): {meaning.reason}"
+        raise NotApplied(f" (TVM {best.tvm_version or 'unknown'}): {meaning.reason}")
     config = best.config if meaning.values is None else \
         task.space.config_from_values(meaning.values, fallback=False)
     fit = task.fit_record(config)
     if fit.problems:
-        return f": {'; '.join(fit.problems)}"
+        raise NotApplied(f": {'; '.join(fit.problems)}")
     return task, fit, meaning
 
 
@@ -237,9 +242,9 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
     else the fallback config of the highest-priority template. ``schedulable``: only templates
     with a TensorIR schedule (a Relax function with a fused epilogue needs one). ``followed``:
     the kernel is a fused Relax function whose matmul is followed by ops the workload does not
-    name (an epilogue no workload takes, served by its anchor's records): a config that needs
-    nothing after the matmul (``nt_store`` = 1, C written by non-temporal stores) is passed
-    over with the reason, and the fallback writes C by ordinary stores.
+    name (an epilogue no workload takes, served by its anchor's records): its tasks' spaces see
+    it (``Task(followed=True)``), so that a record or a fallback that needs nothing after the
+    matmul (``nt_store`` = 1) breaks a rule of the space and is passed over or not chosen.
 
     A record applies only as measured: each of its knobs a value of this target's space, and
     the config within the space's rules; otherwise it is passed over and listed in the
@@ -256,16 +261,11 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
     for best, anchor in candidates:
         label = f"{workload}: {best.task_name} record " \
                 f"{'of the anchor matmul ' if anchor else ''}tuned on {describe(best.target)}"
-        applied = record_config(best, workload, target, schedulable=schedulable)
-        if isinstance(applied, str):
-            ctx.report.skipped.append(f"{label}{applied}")
-            continue
-        task, fit, meaning = applied
-        if followed and fit.config.value("nt_store", 0):
-            ctx.report.skipped.append(
-                f"{label}: nt_store = 1 writes C by non-temporal stores, which needs a matmul "
-                "that nothing follows; this fused function's matmul is followed by ops the "
-                "record did not measure")
+        try:
+            task, fit, meaning = record_config(best, workload, target, schedulable=schedulable,
+                                               followed=followed)
+        except NotApplied as why:
+            ctx.report.skipped.append(f"{label}{why}")
             continue
         found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
                               fit.completed, meaning.reason if meaning.values else "", anchor))
@@ -276,12 +276,9 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
     if choice is None and completed is not None:
         task, choice = completed
     if choice is None:
-        task = Task(workload, target,
+        task = Task(workload, target, followed=followed,
                     template=templates_for(workload, target, schedulable=schedulable)[0].name)
-        config = task.fallback_config()
-        if followed and config.value("nt_store", 0):
-            config = task.space.config_from_values({**config.values_dict(), "nt_store": 0})
-        choice = Choice(workload, task.name, config, False)
+        choice = Choice(workload, task.name, task.fallback_config(), False)
     if ctx is not None:
         ctx.report.choices.append(choice)
     return task, choice

@@ -36,7 +36,7 @@ def _contenders(workload, target, logs: Sequence[str]):
     """[(task, config, record)] of the distinct configs the logs hold for ``workload`` that
     were measured on ``target``'s machine and apply today (``dispatch.record_config``)."""
     from . import record as rec  # noqa: PLC0415
-    from .dispatch import record_config  # noqa: PLC0415
+    from .dispatch import NotApplied, record_config  # noqa: PLC0415
     from .target import target_machine  # noqa: PLC0415
     records = [r for log in logs for r in rec.load(log)]
     machine = target_machine(target)
@@ -44,11 +44,11 @@ def _contenders(workload, target, logs: Sequence[str]):
     for r in rec.ranked_for(records, workload, target):
         if target_machine(r.target) != machine:
             continue
-        applied = record_config(r, workload, target)
-        if isinstance(applied, str):
-            print(f"  left as it is: {r.task_name} {r.config}{applied}", flush=True)
+        try:
+            task, fit, _ = record_config(r, workload, target)
+        except NotApplied as why:
+            print(f"  left as it is: {r.task_name} {r.config}{why}", flush=True)
             continue
-        task, fit, _ = applied
         key = rec.config_identity(task.name, fit.config.values_dict())
         if key not in seen:
             seen.add(key)
@@ -84,6 +84,7 @@ def rerank(workload, target, logs: Sequence[str], *, rounds: int = 9, warmup: fl
     records rank)."""
     from . import record as rec  # noqa: PLC0415
     from .measure.runner import kept_args, run_device  # noqa: PLC0415
+    from .measure.timing import in_turn  # noqa: PLC0415
     from .result import MeasureResult  # noqa: PLC0415
     if rounds < 1:
         raise TvmExtError(f"--rounds {rounds}: must be >= 1")
@@ -107,10 +108,7 @@ def rerank(workload, target, logs: Sequence[str], *, rounds: int = 9, warmup: fl
     while timed and time.perf_counter() < end:  # all of them, in turn: the card's steady state
         for s in timed.values():
             s()
-    costs = {k: [] for k in timed}
-    for _ in range(rounds):
-        for k, s in timed.items():
-            costs[k].append(s())
+    costs = in_turn(timed, rounds)
     now, lines, results = time.time(), [], []
     for k, (task, config, old) in enumerate(contenders):
         if k not in timed:

@@ -37,8 +37,12 @@ class Task:
     def __init__(self, workload: Workload, target=None, *, template: Optional[str] = None,
                  space_file: Optional[str] = None, symbolic: bool = False,
                  granules: Optional[Mapping[str, int]] = None,
-                 narrow: Optional[Mapping[str, Sequence[int]]] = None):
+                 narrow: Optional[Mapping[str, Sequence[int]]] = None, followed: bool = False):
         self.workload = workload
+        # A fused Relax function's task whose matmul is followed by ops the workload does not
+        # name (served by its anchor's records): the space's rules see ``followed`` = 1 (a
+        # config that needs nothing after the matmul, such as non-temporal stores, breaks one).
+        self.followed = followed
         # A shape family's task: its configs are built as kernels of symbolic extents, which
         # the space's rules see as ``symbolic`` = 1 and ``granule_m`` / ``_n`` / ``_k``: the
         # size every extent of that axis is a multiple of (``granules[axis]`` for a varying
@@ -82,7 +86,8 @@ class Task:
         axes = {"B": wl.batch, "M": wl.M, "N": wl.N, "K": wl.K}
         facts = {**self.facts, "layout": wl.layout, "dtype": wl.dtype,
                  "out_dtype": wl.out_dtype, "final_dtype": wl.final_dtype,
-                 "epilogue": wl.epilogue, "symbolic": int(self.symbolic)}
+                 "epilogue": wl.epilogue, "symbolic": int(self.symbolic),
+                 "followed": int(self.followed)}
         for a in ("M", "N", "K"):
             facts[f"granule_{a.lower()}"] = self.granules.get(a, axes[a])
         space = build_space(self.spec, axes, facts)

@@ -95,7 +95,7 @@ def test_shipped_space_files_build():
     spec = load_space_spec("batch_matmul.x86")
     facts = {"vector_lanes": 16, "vector_registers": 32, "num_cores": 2, "dtype_bytes": 4,
              "l3_bytes": 32 << 20, "epilogue": "", "dtype": "float32", "out_dtype": "float32",
-             "symbolic": 0}  # as Task.space's
+             "symbolic": 0, "followed": 0}  # as Task.space's
     space = build_space(spec, {"B": 4, "M": 256, "N": 256, "K": 256}, facts)
     assert list(space.knobs)[:3] == ["tile_y", "tile_x", "tile_k"]  # TVM <= 0.19's knobs first
     assert 32 <= sum(1 for _ in space.valid_indices()) < len(space)

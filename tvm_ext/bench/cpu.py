@@ -188,14 +188,15 @@ IDLE_S = 0.3
 
 def _in_turn(calls, repeat: int):
     """``repeat`` samples of each call, sampled in turn, each after ``IDLE_S`` of idle time."""
-    samples = {k: [] for k in calls}
+    from ..measure.timing import in_turn  # noqa: PLC0415
     for fn in calls.values():
         fn()  # warm-up
-    for _ in range(repeat):
-        for k, fn in calls.items():
-            time.sleep(IDLE_S)
-            samples[k] += time_calls(fn, repeat=1)
-    return samples
+    return in_turn({k: functools.partial(_one_time, fn) for k, fn in calls.items()}, repeat,
+                   pause=lambda: time.sleep(IDLE_S))
+
+
+def _one_time(fn) -> float:
+    return time_calls(fn, repeat=1)[0]
 
 
 def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> List[Row]:

@@ -152,11 +152,10 @@ def _checked(name, wl, args, expect, label, build, failed):
 def _in_turn(launches, repeat, sampler, failed):
     """{label: (median ms, spread)} of launches sampled in turn, ``repeat`` rounds; a label in
     ``failed`` (no launch) gets (nan, reason), or (inf, ...) for a wrong answer."""
+    from ..measure.timing import in_turn  # noqa: PLC0415
     samplers = {label: sampler(fn) for label, fn in launches.items()}
-    samples = {label: [] for label in samplers}
-    for _ in range(repeat):  # in turn: cuBLAS, then each kernel, cuBLAS, ...
-        for label, smp in samplers.items():
-            samples[label].append(smp.sample())
+    # in turn: cuBLAS, then each kernel, cuBLAS, ...
+    samples = in_turn({label: smp.sample for label, smp in samplers.items()}, repeat)
     del samplers
     res = {label: median_ms(s) for label, s in samples.items()}
     for label, why in failed.items():

@@ -17,7 +17,7 @@ agree within a few percent.
 from __future__ import annotations
 
 import functools
-from typing import Callable, List
+from typing import Callable, Dict, Hashable, List, Mapping, Optional
 
 from ..errors import TvmExtError
 
@@ -105,6 +105,20 @@ class EagerSampler:
         import tvm_ffi  # noqa: PLC0415
         with tvm_ffi.use_torch_stream():
             return _event_seconds(_calls(self.launch, self.number)) / self.number
+
+
+def in_turn(samplers: Mapping[Hashable, Callable[[], float]], rounds: int,
+            pause: Optional[Callable[[], object]] = None) -> Dict[Hashable, List[float]]:
+    """{key: ``rounds`` samples} of each sampler (a call that returns one time), sampled in
+    turn: one sample of each a round, so that a clock, temperature or load drift falls on all
+    of them alike; ``pause`` is called before each sample (the CPU bench's idle time)."""
+    samples: Dict[Hashable, List[float]] = {k: [] for k in samplers}
+    for _ in range(rounds):
+        for k, sample in samplers.items():
+            if pause is not None:
+                pause()
+            samples[k].append(sample())
+    return samples
 
 
 def graph_times(launch: Callable[[], object], repeat: int, replay_ms: float = 5.0,
