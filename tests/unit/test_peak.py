@@ -31,3 +31,16 @@ def test_store_floor_writes_the_whole_output_of_a_batched_shape():
     for wl in (Workload.create("batch_matmul", (2, 64, 128, 8)),
                Workload.create("dense", (96, 40, 8))):  # 40: not a multiple of the lanes
         assert peak.store_floor(wl, repeat=2) > 0
+
+
+def test_gemv_rows_time_numpy_ours_and_the_read_floor_after_checking_them():
+    """``--gemv``: numpy's product, our kernel and the weight-reading floor, each checked
+    (``gemv_rows`` asserts our output and the floor's row sums) and timed in turn; a K that is
+    not a multiple of 4 vectors reads the weight by scalar sums."""
+    from tvm_ext.workload import Workload
+    for k in (256, 100):
+        wl = Workload.create("dense", (1, 96, k), layout="NT")
+        rows = peak.gemv_rows(wl, None, repeat=2)
+        assert list(rows) == ["numpy", "ours (dense_gemv.x86, fallback)",
+                              "reading the weight alone"]
+        assert all(0 < best <= med for med, best in rows.values())

@@ -10,9 +10,11 @@ compared with (``--gemm``: the bench's large rows as a share of it, and the dens
 kernel with its weight packed at every call and packed once ahead, as a constant weight of a
 Relax model is: ``prepacked_rows``; and the time that only writing each row's output takes:
 ``store_floor``, the row's floor wherever it is bound by its stores, as the bmm row's 100 MB
-output of 64-deep sums is).
+output of 64-deep sums is). ``--gemv``: the matrix-vector row against the time that only
+reading its weight takes (``read_floor``), sampled in turn with numpy's and ours: a row that
+reads each weight element once for one FMA is bound by the memory, not by the FMAs.
 
-    python -m tvm_ext.bench.peak [--steps 200000] [--gemm]
+    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv]
 """
 from __future__ import annotations
 
@@ -94,6 +96,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--gemm", action="store_true",
                    help="also run the CPU bench's large rows and give each as a share of the peak")
+    p.add_argument("--gemv", action="store_true",
+                   help="also time the CPU bench's gemv row, numpy's, and reading the weight "
+                   "alone, in turn")
     args = p.parse_args(argv)
     if args.steps < 1 or args.repeat < 1:
         p.error("--steps and --repeat must be >= 1")
@@ -130,6 +135,19 @@ def main(argv=None) -> int:
             print(f"{key}: writing its {mb:.1f} MB output takes "
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")
+    if args.gemv:
+        from ..space import data_dir  # noqa: PLC0415
+        from .cpu import CPU_SUITE  # noqa: PLC0415
+        wl = CPU_SUITE["gemv"]
+        rows = gemv_rows(wl, str(data_dir("logs") / "llvm_x86.json"), repeat=max(15, args.repeat))
+        floor = rows["reading the weight alone"]
+        mb = wl.N * wl.K * 4 / 1e6
+        print(f"gemv {wl.M}x{wl.N}x{wl.K}: its {mb:.1f} MB weight read once, sampled in turn "
+              f"(median ms, best; GB/s of the weight at the median; the floor's median / the "
+              f"row's)")
+        for name, (med, best) in rows.items():
+            print(f"  {name:<28} {med:7.3f} ms  best {best:7.3f}  {mb / med:6.1f} GB/s  "
+                  f"{floor[0] / med:5.2f} of the floor")
     return 0
 
 
@@ -163,6 +181,67 @@ def store_floor(wl, repeat: int = 7) -> float:
     if not (out.numpy() == 1.0).all():
         raise RuntimeError("the store kernel left part of the output unwritten")
     return float(np.median(samples)) * 1e3
+
+
+def read_kernel(wl, lanes: int):
+    """A TVM kernel that only reads ``wl``'s weight ([N, K], NT) and sums each row (``chains``
+    independent vector sums a row, rows in parallel): the least time any kernel that reads each
+    weight element once can take on this host."""
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te  # noqa: PLC0415
+
+    from ..codegen import compile_module  # noqa: PLC0415
+    from ..target import host_cpu_target  # noqa: PLC0415
+    W = te.placeholder((wl.N, wl.K), "float32", name="W")
+    k = te.reduce_axis((0, wl.K), name="k")
+    R = te.compute((wl.N,), lambda n: te.sum(W[n, k], axis=k), name="R")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([W, R])}))
+    block = sch.get_sblock("R")
+    n, kk = sch.get_loops(block)
+    width = 4 * lanes if wl.K % (4 * lanes) == 0 else 1  # 4 independent vector sums a row
+    _, ki = sch.split(kk, [None, width])
+    rf = sch.rfactor(ki, 0)  # R_rf[ki, n]: the partial sums
+    n, ko, ki = sch.get_loops(rf)
+    no, ni = sch.split(n, [None, max(1, wl.N // 64)])  # 64 parallel tasks of whole rows
+    sch.parallel(no)
+    acc = sch.cache_write(rf, 0, "local")  # a row's partial sums, in registers
+    sch.reverse_compute_at(acc, ni)
+    sch.vectorize(ki)
+    sch.decompose_reduction(rf, ko)
+    sch.reverse_compute_at(block, ni)  # the row's sum right after its partial sums
+    return compile_module(sch.mod, host_cpu_target())["main"]
+
+
+def gemv_rows(wl, log, repeat: int = 15) -> dict:
+    """{label: (median ms, best ms)} of numpy's ``a @ w.T``, our kernel of ``wl`` under ``log``
+    and ``read_kernel`` (the floor), sampled in turn as the CPU bench samples (``cpu._in_turn``:
+    each sample after idle time)."""
+    import numpy as np  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+
+    from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..dispatch import apply_history_best, build  # noqa: PLC0415
+    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
+    from .cpu import _in_turn  # noqa: PLC0415
+    use_host_cores()
+    target = host_cpu_target()
+    a, w = random_inputs(wl, np.random.default_rng(0))
+    with apply_history_best([log] if log else []):
+        kernel = build(wl, target)
+    floor = read_kernel(wl, hardware_facts(target)["vector_lanes"])
+    W = tvm.runtime.tensor(w)
+    sums = tvm.runtime.empty((wl.N,), "float32", tvm.cpu())
+    floor(W, sums)
+    np.testing.assert_allclose(sums.numpy(), w.sum(axis=1), rtol=1e-3, atol=1e-3)
+    args = [tvm.runtime.tensor(a), W, tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
+    kernel(*args)
+    np.testing.assert_allclose(args[2].numpy(), a @ w.T, rtol=1e-3, atol=1e-3)
+    tag = "tuned" if kernel.choice.tuned else "fallback"
+    samples = _in_turn({"numpy": lambda: a @ w.T,
+                        f"ours ({kernel.task.name}, {tag})": functools.partial(kernel, *args),
+                        "reading the weight alone": functools.partial(floor, W, sums)}, repeat)
+    return {k: (float(np.median(v)) * 1e3, min(v) * 1e3) for k, v in samples.items()}
 
 
 def prepacked_rows(wl, log, repeat: int = 7):
