@@ -53,7 +53,12 @@ def test_fallbacks_follow_the_sweeps():
                                 min_blocks=1, serpentine=1)),
     ("batch_matmul", "TN", dict(block_m=256, block_n=64, thread_n=8, block_k=16, raster=1,
                                 min_blocks=1, serpentine=1)),
-], ids=["dense_nn_2blocks", "dense_tt", "bmm_nt_8x16", "bmm_tn"])
+    ("dense", "NN", dict(block_m=128, block_n=128, thread_n=16, block_k=16, raster=4,
+                         min_blocks=1, serpentine=1, spread=2)),
+    ("batch_matmul", "NT", dict(block_m=64, block_n=128, thread_n=8, block_k=8, raster=1,
+                                min_blocks=2, serpentine=1, spread=2)),
+], ids=["dense_nn_2blocks", "dense_tt", "bmm_nt_8x16", "bmm_tn", "dense_nn_spread",
+        "bmm_nt_spread"])
 def test_codegen_compiles_for_sm90(op, layout, knobs):
     shape = (1024, 1024, 512) if op == "dense" else (2, 512, 512, 256)
     task = Task(Workload.create(op, shape, layout=layout), SM90, template=f"{op}_sgemm.cuda")
@@ -68,6 +73,10 @@ def test_codegen_compiles_for_sm90(op, layout, knobs):
     assert "st.shared.f32" in src or "st.shared.v4.f32" in src
     # 16-byte global loads, 16-byte fragment loads from shared memory, 16-byte stores of C
     assert "*(float4*)(A_ptr" in src and "*(float4*)(C_ptr" in src
+    # spread: a warp fence before each group of the next k step's fragment words (A's 2 and
+    # B's thread_n / 4, two a group), in every k step of the unrolled K tile
+    words, spread = 2 + knobs["thread_n"] // 4, knobs.get("spread", 0)
+    assert src.count("__syncwarp()") == (knobs["block_k"] * -(-words // spread) if spread else 0)
     report = ptxas_verbose(src, "sm_90")
     assert "0 bytes spill stores" in report, report[-500:]
     regs = int(re.search(r"Used (\d+) registers", report).group(1))

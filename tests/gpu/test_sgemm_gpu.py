@@ -1,7 +1,8 @@
 """The f32 SGEMM template (*_sgemm.cuda) on a GPU: numerics match numpy in the 4 layouts
 (operands transposed into shared memory or stored as loaded), every tile shape, thread tile
-(8 x 8, 8 x 16) and block_k, dense and batch_matmul, grouped launch orders, a fused
-epilogue, and a tile over 48 KB of shared memory (dynamic)."""
+(8 x 8, 8 x 16) and block_k, dense and batch_matmul, grouped launch orders, the fragment
+loads spread among the FMAs (``spread`` 2) or not, a fused epilogue, and a tile over 48 KB of
+shared memory (dynamic)."""
 
 import pytest
 
@@ -13,12 +14,13 @@ from tvm_ext.workload import Workload
 @pytest.mark.gpu
 def test_sgemm_numerics_on_gpu():
     target = cuda_target("sm_90")
-    tiles = [dict(block_m=bm, block_n=bn, block_k=bk, raster=r, min_blocks=mb, thread_n=tn)
-             for bm, bn, bk, r, mb, tn in ((128, 128, 8, 1, 1, 8), (128, 128, 16, 2, 2, 8),
-                                           (128, 64, 8, 2, 1, 8), (64, 128, 16, 1, 2, 8),
-                                           (64, 64, 16, 2, 1, 8), (128, 256, 8, 2, 1, 16),
-                                           (256, 128, 8, 1, 1, 16), (64, 128, 16, 1, 1, 16),
-                                           (128, 256, 16, 2, 1, 16))]  # dynamic shared
+    tiles = [dict(block_m=bm, block_n=bn, block_k=bk, raster=r, min_blocks=mb, thread_n=tn,
+                  spread=sp)
+             for bm, bn, bk, r, mb, tn, sp in (
+                 (128, 128, 8, 1, 1, 8, 0), (128, 128, 16, 2, 2, 8, 2), (128, 64, 8, 2, 1, 8, 0),
+                 (64, 128, 16, 1, 2, 8, 0), (64, 64, 16, 2, 1, 8, 2), (128, 256, 8, 2, 1, 16, 0),
+                 (256, 128, 8, 1, 1, 16, 2), (64, 128, 16, 1, 1, 16, 0),
+                 (128, 256, 16, 2, 1, 16, 2))]  # the last: dynamic shared
     workloads = [Workload.create(op, shape, "float32", "float32", layout=layout,
                                  epilogue=epilogue)
                  for op, shape, layout, epilogue in (

@@ -30,6 +30,13 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   by row; ``serpentine`` = 1 runs odd rows right to left (CUTLASS's order: the B register of
   one row's last FMA is the next row's first, from the operand reuse cache), which cut the
   dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS).
+- ``spread``: ptxas issues a k step's six ``LDS.128`` back to back, four cycles apart (the
+  stall counts of the SASS): the warp issues nothing else for 20 cycles of each 128-FMA step,
+  which ncu counts as "wait" stalls (0.10 per instruction at 8192^3, cuBLAS 0.01). With
+  ``spread`` = 2, the words are loaded two at a time, each pair after a row of FMAs and a
+  ``__syncwarp()``, above which ptxas does not move shared loads: every LDS then issues among
+  the FMAs. On the H100 the issue slots went from 78.9% to 82.1% busy, but the fences compile
+  to NOPs (3% more instructions) and the times did not change (docs/BENCHMARKS.md).
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
   many blocks share an SM (2: 128 registers for 256 threads).
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
@@ -66,7 +73,7 @@ def sgemm_smem_bytes(block_m, block_n, block_k):
 
 
 def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_blocks: int = 1,
-          thread_n: int = 8, serpentine: int = 0, target=None):
+          thread_n: int = 8, serpentine: int = 0, spread: int = 0, target=None):
     """The PrimFunc of one config (see the module doc)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.script import tirx as T  # noqa: PLC0415
@@ -94,6 +101,10 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
     na, nb = BM * BK // (4 * threads), BN * BK // (4 * threads)  # 16-byte loads a thread
     assert na * 4 * threads == BM * BK and nb * 4 * threads == BN * BK
     extras, epi = epilogue_buffers(wl)
+    # spread: the next k step's fragment loads in groups of ``spread`` 16-byte words (A's 2,
+    # then B's SN), each group after a row of FMAs; 0: all of them before the FMAs
+    spread_on = bool(spread)
+    assert not spread or -(-(2 + SN) // spread) <= 8, "a group after each of the 8 rows at most"
     fin = wl.final_dtype
 
     def gidx(bz, kc, r, k):
@@ -129,13 +140,22 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                 g[q * 4 + c] = X[gidx(bz, kc, row0 + r + c * (1 - kc), k0 + kk + c * kc)]
 
     @T.macro
-    def fragments(X, f, S, slot, st, k, t0, apart, parts):
+    def fragments(X, f, S, slot, st, k, t0, apart, parts, at=0):
         """A thread's fragment of k step ``k`` from shared buffer ``st`` (flat [2][BK][S])
-        into register slot ``slot``: ``parts`` 16-byte words, ``apart`` elements apart from
-        ``t0``."""
+        into register slot ``slot`` from its element ``at``: ``parts`` 16-byte words,
+        ``apart`` elements apart from ``t0``."""
         for h in T.unroll(parts):
             for c in T.vectorized(4):
-                f[slot, h * 4 + c] = X[st * BK * S + k * S + t0 + h * apart + c]
+                f[slot, at + h * 4 + c] = X[st * BK * S + k * S + t0 + h * apart + c]
+
+    @T.macro
+    def word(As, Bs, fa, fb, ta, tb, w, slot, st, k):
+        """Word ``w`` of a thread's fragments of k step ``k`` (A's 2 words from ``ta``, then
+        B's SN from ``tb``) from shared buffer ``st`` into register slot ``slot``."""
+        if w < 2:
+            fragments(As, fa, SA, slot, st, k, ta + w * HM, 0, 1, w * 4)
+        else:
+            fragments(Bs, fb, SB, slot, st, k, tb + (w - 2) * HN, 0, 1, (w - 2) * 4)
 
     @T.macro
     def to_shared(X, g, kc, R, n, S, tid, st):
@@ -199,17 +219,32 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                     T.tvm_storage_sync("shared")
                 # the fragments of the next k step (the next tile's first from the other
                 # buffer), loaded while this step's FMAs run
-                if k < BK - 1:
-                    fragments(As, fa, SA, (k + 1) % 2, cur, k + 1, ty * 4, HM, 2)
-                    fragments(Bs, fb, SB, (k + 1) % 2, cur, k + 1, tx * 4, HN, SN)
-                elif kt + 1 < KT:
-                    fragments(As, fa, SA, 0, nxt, 0, ty * 4, HM, 2)
-                    fragments(Bs, fb, SB, 0, nxt, 0, tx * 4, HN, SN)
+                if not spread:
+                    if k < BK - 1:
+                        fragments(As, fa, SA, (k + 1) % 2, cur, k + 1, ty * 4, HM, 2)
+                        fragments(Bs, fb, SB, (k + 1) % 2, cur, k + 1, tx * 4, HN, SN)
+                    elif kt + 1 < KT:
+                        fragments(As, fa, SA, 0, nxt, 0, ty * 4, HM, 2)
+                        fragments(Bs, fb, SB, 0, nxt, 0, tx * 4, HN, SN)
                 for i in T.unroll(8):
                     for jj in T.unroll(TN):
                         # serpentine: odd rows right to left (the last B register reused)
                         j = T.meta_var(jj + serpentine * (i % 2) * (TN - 1 - 2 * jj))
                         acc[i, j] = acc[i, j] + fa[k % 2, i] * fb[k % 2, j]
+                    if spread_on and i * spread < 2 + SN:
+                        # this row's group of the next k step's words, after a warp fence that
+                        # ptxas does not move them above (see the module doc). One condition,
+                        # not if / elif on k: TVM 0.27's lowering of an elif under these
+                        # unrolled loops guarded the first branch's loads by the second's
+                        # condition (wrong answers on the H100).
+                        T.evaluate(T.call_extern("void", "__syncwarp"))
+                        # the next step's from this buffer; the last step's: the next
+                        # tile's first, from the other (where there is a next tile)
+                        for q in T.unroll(max(spread, 1)):
+                            if i * spread + q < 2 + SN and (k < BK - 1 or kt + 1 < KT):
+                                word(As, Bs, fa, fb, ty * 4, tx * 4, i * spread + q,
+                                     (k + 1) % 2, T.if_then_else(k < BK - 1, cur, nxt),
+                                     T.if_then_else(k < BK - 1, k + 1, 0))
         for i in T.unroll(8):
             for w in T.unroll(SN):
                 for c in T.vectorized(4):
