@@ -11,7 +11,7 @@ kernel with its weight packed at every call and packed once ahead, as a constant
 Relax model is: ``prepacked_rows``; and the time that only writing each row's output takes:
 ``store_floor``, the row's floor wherever it is bound by its stores, as the bmm row's 100 MB
 output of 64-deep sums is). ``--gemv``: the matrix-vector row against the time that only
-reading its weight takes (``read_floor``), sampled in turn with numpy's and ours: a row that
+reading its weight takes (``read_kernel``), sampled in turn with numpy's and ours: a row that
 reads each weight element once for one FMA is bound by the memory, not by the FMAs.
 
     python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv]
@@ -184,7 +184,7 @@ def store_floor(wl, repeat: int = 7) -> float:
 
 
 def read_kernel(wl, lanes: int):
-    """A TVM kernel that only reads ``wl``'s weight ([N, K], NT) and sums each row (``chains``
+    """A TVM kernel that only reads ``wl``'s weight ([N, K], NT) and sums each row (four
     independent vector sums a row, rows in parallel): the least time any kernel that reads each
     weight element once can take on this host."""
     import tvm  # noqa: PLC0415

@@ -30,13 +30,13 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   by row; ``serpentine`` = 1 runs odd rows right to left (CUTLASS's order: the B register of
   one row's last FMA is the next row's first, from the operand reuse cache), which cut the
   dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS).
-- ``spread``: ptxas issues a k step's six ``LDS.128`` back to back, four cycles apart (the
-  stall counts of the SASS): the warp issues nothing else for 20 cycles of each 128-FMA step,
-  which ncu counts as "wait" stalls (0.10 per instruction at 8192^3, cuBLAS 0.01). With
-  ``spread`` = 2, the words are loaded two at a time, each pair after a row of FMAs and a
-  ``__syncwarp()``, above which ptxas does not move shared loads: every LDS then issues among
-  the FMAs. On the H100 the issue slots went from 78.9% to 82.1% busy, but the fences compile
-  to NOPs (3% more instructions) and the times did not change (docs/BENCHMARKS.md).
+- ``spread``: ptxas issues a k step's six ``LDS.128`` back to back ahead of its FMAs (the
+  SASS of ``bench.one --sass-out``), and ncu counts 10x cuBLAS's "wait" stalls at 8192^3. With
+  ``spread`` = 2 the words are loaded two at a time, each pair after a row of FMAs and a
+  ``__syncwarp()``, above which ptxas does not move shared loads: the loads issue among the
+  FMAs. On the H100 the issue slots went from 79% to 81% busy and the wait stalls from 0.10 to
+  0.06 an instruction, but the fences compile to NOPs (3% more instructions) and the times did
+  not change (docs/BENCHMARKS.md).
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
   many blocks share an SM (2: 128 registers for 256 threads).
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
