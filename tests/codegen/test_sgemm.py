@@ -77,6 +77,10 @@ def test_codegen_compiles_for_sm90(op, layout, knobs):
     # B's thread_n / 4, two a group), in every k step of the unrolled K tile
     words, spread = 2 + knobs["thread_n"] // 4, knobs.get("spread", 0)
     assert src.count("__syncwarp()") == (knobs["block_k"] * -(-words // spread) if spread else 0)
+    # only the next tile's loads wait for "is there a next tile": its global loads, its shared
+    # stores and the last k step's fragments (each group of them); TVM 0.27 once guarded every
+    # step's fragment loads so (an if / elif under the unrolled loops: wrong answers)
+    assert src.count("if (kt < ") == 2 + (-(-words // spread) if spread else 1), src
     report = ptxas_verbose(src, "sm_90")
     assert "0 bytes spill stores" in report, report[-500:]
     regs = int(re.search(r"Used (\d+) registers", report).group(1))
