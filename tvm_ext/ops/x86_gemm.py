@@ -595,11 +595,11 @@ def _padded_k(space, values):
 
 
 def _fallback(space, values):
-    """A fallback's ``values`` (``nt_store`` 0), K padded (``_padded_k``) and C written by
-    non-temporal stores wherever the space's rule allows it (C larger than the last-level
-    cache, which it goes out to whatever the kernel does; whole vector rows of an unpadded C;
-    nothing after the matmul)."""
-    return _if_allowed(space, _padded_k(space, values), {"nt_store": 1})
+    """A fallback's ``values``, K padded (``_padded_k``) and C written by non-temporal stores
+    wherever the space's rule allows it (C larger than the last-level cache, which it goes out
+    to whatever the kernel does; whole vector rows of an unpadded C; nothing after the
+    matmul), else by ordinary ones."""
+    return _if_allowed(space, _padded_k(space, {**values, "nt_store": 0}), {"nt_store": 1})
 
 
 #: Bytes of C a row tile writes in one run (``xc`` panels of xi) where C goes out to memory:
@@ -622,8 +622,7 @@ def _bmm_fallback(space, wl, facts):
         xc *= 2
     return _fallback(space, {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]],
                              "tile_k": [-1, t["ki"]], "yt": t["yt"],
-                             "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc,
-                             "nt_store": 0})
+                             "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc})
 
 
 BATCH_MATMUL_X86 = ScheduleTemplate(
@@ -651,8 +650,7 @@ def _dense_fallback(space, wl, facts):
         while yo > 1 and yo * t["yi"] > wl.M:
             yo //= 2
     return _fallback(space, {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]],
-                             "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]],
-                             "nt_store": 0})
+                             "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]]})
 
 
 DENSE_PACK_X86 = ScheduleTemplate(
