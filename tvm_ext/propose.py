@@ -577,6 +577,48 @@ def _mma(v, f, *, kind: str) -> float:
                       kernels=2 if split > 1 else 1)
 
 
+def _mma_direct(v, f) -> float:
+    """dense_mma_direct / batch_matmul_mma_direct: each warp loads its operands from global
+    memory into mma.sync registers (no shared memory, no barrier but the slices' sum), a batch
+    of ``unroll`` 64-byte K groups ahead of the batch it multiplies. A block's chain is the
+    first load's latency, then its batches (bounded by the loads of a batch into the SM and
+    the dependent MMAs of a group), then the slices' partial tiles through shared memory. A
+    block re-reads A for each of its N tiles and B for each M tile: from L2 where they fit."""
+    M, N, K, B, nb = f["M"], f["N"], f["K"], f.get("B", 1), f["dtype_bytes"]
+    wm, wn, u, slices = v["warp_m"], v["warp_n"], v["unroll"], v["slice_k"]
+    bm, bn = 16 * wm * v["block_warps_m"], 8 * wn * v["block_warps_n"]
+    tiles = v["block_warps_m"] * v["block_warps_n"]
+    warps = tiles * slices
+    blocks = B * (M // bm) * (N // bn)
+    groups = K * nb // 64 // slices  # a warp's 64-byte K groups
+    batches = max(1, groups // u)
+    regs = 2 * u * (8 * wm + 4 * wn) + 4 * wm * wn + 24
+    smem = (slices - 1) * tiles * wm * wn * 512
+    per_sm = _occupancy(warps * 32, regs, smem, f)
+    if per_sm == 0:
+        return float("inf")
+    rate = _tensor_rate(f, nb) * (_MMA_ON_HOPPER if f.get("sm", 80) >= 90 else 1.0)
+    mma_cycles = 16 * 8 * (64 // nb // 2) / (rate / 4)  # one m16n8 mma of a group's half
+    per_batch = 2 * u * wm * wn  # a warp's MMAs of a batch
+
+    def batch_cycles(warps_on_sm: int) -> float:
+        per_scheduler = -(-warps_on_sm // 4)
+        return max(2 * u * _MMA_LATENCY / 2, per_scheduler * per_batch * mma_cycles)
+
+    fill = warps * u * 64 * (16 * wm + 8 * wn) / _L2_BYTES_PER_CLOCK  # a batch's bytes
+    work = max(batch_cycles(warps * per_sm) / per_sm, fill)
+    alone = max(batch_cycles(warps), fill)
+    ob = _out_bytes(f)
+    epilogue = bm * bn * ob / _STORE_BYTES_PER_CLOCK
+    if slices > 1:
+        epilogue += 2 * (slices - 1) * bm * bn * 4 / _SMEM_BYTES_PER_CLOCK + 2 * _STEP_CYCLES
+    at_once = min(blocks, per_sm * f["num_sms"])
+    dram = _operand_bytes(f, bm=bm, bn=bn, blocks_at_once=max(1, at_once), raster=1,
+                          nbytes=nb) + B * M * N * ob
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=batches, work=work,
+                      alone=alone, dist=1, epilogue=epilogue, dram_bytes=dram)
+
+
 def _small_batch(v, f) -> float:
     M, N, K, nb = f["M"], f["N"], f["K"], f["dtype_bytes"]
     _, tx, vec = v["tile_k"]
@@ -603,6 +645,8 @@ def model_for(template: str) -> Optional[Callable]:
         return _wgmma
     if template.endswith("_wgmma_ws.cuda"):
         return _wgmma_ws
+    if template.endswith("_mma_direct.cuda"):
+        return _mma_direct
     if template.endswith("_sgemm.cuda"):
         return _sgemm
     for kind in ("mma", "tensorcore"):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from .errors import TemplateError
-from .ops import cuda_sgemm, cuda_simt, cuda_tensorcore, cuda_wgmma, cuda_wgmma_ws, x86_gemm
+from .ops import (cuda_mma_direct, cuda_sgemm, cuda_simt, cuda_tensorcore, cuda_wgmma,
+                  cuda_wgmma_ws, x86_gemm)
 from .target import hardware_facts, target_info
 from .template import Template
 
@@ -19,6 +20,7 @@ BUILTIN = (
     cuda_simt.BATCH_MATMUL_CUDA, cuda_simt.DENSE_LARGE_BATCH_CUDA,
     cuda_simt.DENSE_SMALL_BATCH_CUDA, cuda_sgemm.DENSE_SGEMM, cuda_sgemm.BATCH_MATMUL_SGEMM,
     *cuda_tensorcore.TEMPLATES,
+    cuda_mma_direct.DENSE_MMA_DIRECT, cuda_mma_direct.BATCH_MATMUL_MMA_DIRECT,
     cuda_wgmma.DENSE_WGMMA, cuda_wgmma.BATCH_MATMUL_WGMMA,
     cuda_wgmma_ws.DENSE_WGMMA_WS, cuda_wgmma_ws.BATCH_MATMUL_WGMMA_WS,
 )

@@ -6,6 +6,7 @@ constants; ``tvm_ext.strategy`` lists them. Nothing registers itself at import.
 - ``cuda_simt``: batch_matmul.cuda, dense_large_batch.cuda, dense_small_batch.cuda
 - ``cuda_sgemm``: *_sgemm.cuda (f32, CUTLASS's SGEMM written out)
 - ``cuda_tensorcore``: *_tensorcore.cuda (wmma), *_mma.cuda (mma.sync)
+- ``cuda_mma_direct``: *_mma_direct.cuda (mma.sync on operands loaded straight into registers)
 - ``cuda_wgmma``: *_wgmma.cuda (Hopper, cp.async ring)
 - ``cuda_wgmma_ws``: *_wgmma_ws.cuda (Hopper, TMA, warp-specialised, persistent)
 """
