@@ -603,7 +603,8 @@ def _mma_direct(v, f) -> float:
 
     def batch_cycles(warps_on_sm: int) -> float:
         per_scheduler = -(-warps_on_sm // 4)
-        return max(2 * u * _MMA_LATENCY / 2, per_scheduler * per_batch * mma_cycles)
+        # each accumulator's 2 * u MMAs of a batch depend on one another
+        return max(2 * u * _MMA_LATENCY, per_scheduler * per_batch * mma_cycles)
 
     fill = warps * u * 64 * (16 * wm + 8 * wn) / _L2_BYTES_PER_CLOCK  # a batch's bytes
     work = max(batch_cycles(warps * per_sm) / per_sm, fill)

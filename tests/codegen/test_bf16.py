@@ -20,8 +20,9 @@ def test_strategy_offers_tensor_cores_for_bf16():
     sm90, sm80 = cuda_target("sm_90"), cuda_target("sm_80")
     wl = Workload.create("dense", (1024, 1024, 1024), "bfloat16", "bfloat16", layout="NT")
     assert [t.name for t in templates_for(wl, sm90)] == ["dense_wgmma.cuda", "dense_mma.cuda",
-                                                         "dense_wgmma_ws.cuda"]
-    assert [t.name for t in templates_for(wl, sm80)] == ["dense_mma.cuda"]
+                                                         "dense_wgmma_ws.cuda",
+                                                         "dense_mma_direct.cuda"]
+    assert [t.name for t in templates_for(wl, sm80)] == ["dense_mma.cuda", "dense_mma_direct.cuda"]
     odd = Workload.create("batch_matmul", (3, 50, 70, 56), "bfloat16", "float32", layout="TN")
     assert [t.name for t in templates_for(odd, sm90)] == ["batch_matmul_mma.cuda"]
     # wmma (TVM's intrinsics are f16 / int8) does not take bf16, and says so

@@ -60,10 +60,12 @@ def test_strategy_offers_tensor_cores_first_for_f16_and_int8():
     f16 = [t.name for t in templates_for(Workload.create("dense", (512, 64, 512), "float16"),
                                          target)]
     assert f16 == ["dense_wgmma.cuda", "dense_mma.cuda", "dense_wgmma_ws.cuda",
-                   "dense_tensorcore.cuda", "dense_large_batch.cuda"]  # wgmma: sm_90, 64s
+                   "dense_tensorcore.cuda", "dense_large_batch.cuda",
+                   "dense_mma_direct.cuda"]  # wgmma: sm_90, 64s; direct mma: records only
     i8 = [t.name for t in templates_for(Workload.create("batch_matmul", (4, 64, 64, 64), "int8"),
                                         target)]
-    assert i8 == ["batch_matmul_mma.cuda", "batch_matmul_tensorcore.cuda"]
+    assert i8 == ["batch_matmul_mma.cuda", "batch_matmul_tensorcore.cuda",
+                  "batch_matmul_mma_direct.cuda"]
     f32 = [t.name for t in templates_for(Workload.create("dense", (512, 64, 512)), target)]
     assert f32 == ["dense_sgemm.cuda", "dense_large_batch.cuda"]  # the CUDA cores
     # sm_75 has no mma.sync shapes we use; a gemv pads 16x: both left to the CUDA cores.

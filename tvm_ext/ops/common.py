@@ -161,3 +161,12 @@ def has_block(sch, name):
         return True
     except Exception:  # noqa: BLE001  (TVM raises its own error for a missing block)
         return False
+
+
+def kernel_attrs(target=None):
+    """The function attributes of a hand-written kernel (a template's PrimFunc written thread by
+    thread): its symbol, no aliasing among its buffers, and its target where one is given."""
+    attrs = {"global_symbol": "main", "tirx.noalias": True}
+    if target is not None:
+        attrs["target"] = target
+    return attrs

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
 from ..workload import DTYPE_BYTES
+from .common import kernel_attrs
 
 #: Input dtype -> (mma shape, operand type, accumulator type, accumulator dtype, outputs).
 _MMA = {"float16": ("m16n8k16", "fp16", "fp32", "float32", ("float32", "float16")),
@@ -85,9 +86,7 @@ def mma_direct(wl, *, warp_m: int, warp_n: int, block_warps_m: int, block_warps_
     extras, epi = epilogue_buffers(wl)
     red_words = (slice_k - 1) * W * MN * 128
     st_v4 = "st.shared.v4.f32" if acc_t == "float32" else "st.shared.v4.s32"
-    attrs = {"global_symbol": "main", "tirx.noalias": True}
-    if target is not None:
-        attrs["target"] = target
+    attrs = kernel_attrs(target)
 
     @T.macro
     def load(Aw, Bw, fa, fb, buf, j, arow, bcol, kw0):

@@ -54,7 +54,7 @@ stalls.
 from __future__ import annotations
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
-from .common import fallback_raster
+from .common import fallback_raster, kernel_attrs
 from .cuda_wgmma import grouped_tile
 
 #: Floats of padding after each K row of a shared tile: the transposing stores of a
@@ -127,9 +127,7 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
     # Static shared memory up to 48 KB (every config before 128 x 256 x 16 tiles), dynamic
     # (opt-in, up to the SM's) beyond: 128 x 256 x 16 is cuBLAS's f32 tile on sm_90.
     smem_scope = "shared" if sgemm_smem_bytes(BM, BN, BK) <= STATIC_SMEM else "shared.dyn"
-    attrs = {"global_symbol": "main", "tirx.noalias": True}
-    if target is not None:
-        attrs["target"] = target
+    attrs = kernel_attrs(target)
 
     @T.macro
     def to_regs(X, g, kc, R, n, row0, k0, tid, bz):

@@ -59,7 +59,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
-from .common import fallback_raster
+from .common import fallback_raster, kernel_attrs
 
 #: The 128-byte swizzle: one shared row holds 64 f16 of K; 8 rows make a 1024-byte atom.
 ROW_K = 64
@@ -202,9 +202,7 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             r = tirx.min(r, size - (1 if kmajor else 8))
         return bidx(b, r, k) if kmajor else bidx(b, k, r)
 
-    attrs = {"global_symbol": "main", "tirx.noalias": True}
-    if target is not None:
-        attrs["target"] = _wgmma_target(target)
+    attrs = kernel_attrs(_wgmma_target(target) if target is not None else None)
 
     @T.macro
     def load(smem, A, B, bz, bm, bn, tx, slot, kt):

@@ -89,7 +89,7 @@ from __future__ import annotations
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
 from ..workload import DTYPE_BYTES, FP8
-from .common import fallback_raster
+from .common import fallback_raster, kernel_attrs
 from .cuda_wgmma import (ROW_K, _wgmma_target, acc_col, acc_row, check_wgmma,
                          descriptor_offsets, grouped_tile, ring_desc_offset)
 
@@ -220,9 +220,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         return (cw * c_elems + col // c_box * 64 * c_box + row * c_box
                 + ((col % c_box // per) ^ (row % 8)) * per + col % per)
 
-    attrs = {"global_symbol": "main", "tirx.noalias": True}
-    if target is not None:
-        attrs["target"] = _wgmma_target(target)
+    attrs = kernel_attrs(_wgmma_target(target) if target is not None else None)
     st = bool(staged_store)
     # the ring, the staged C tiles, then the barriers
     dyn_bytes = ws_smem_bytes(consumers, BN, BK, S, pingpong, staged_store, ob)
