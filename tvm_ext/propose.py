@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .ops.cuda_mma_direct import direct_regs, direct_smem_bytes
 from .ops.cuda_sgemm import sgemm_smem_bytes
 from .target import device_facts
 
@@ -592,8 +593,8 @@ def _mma_direct(v, f) -> float:
     blocks = B * (M // bm) * (N // bn)
     groups = K * nb // 64 // slices  # a warp's 64-byte K groups
     batches = max(1, groups // u)
-    regs = 2 * u * (8 * wm + 4 * wn) + 4 * wm * wn + 24
-    smem = (slices - 1) * tiles * wm * wn * 512
+    regs = direct_regs(wm, wn, u) + 24  # and the addresses
+    smem = direct_smem_bytes(wm, wn, v["block_warps_m"], v["block_warps_n"], slices)
     per_sm = _occupancy(warps * 32, regs, smem, f)
     if per_sm == 0:
         return float("inf")

@@ -191,14 +191,12 @@ def fallback_direct(space, wl, facts):
     """Untuned: a warp as wide as N allows (up to 4 mma tiles, 32 columns) and 16 rows; as
     many K slices (up to 8) as the K groups allow; each warp's groups in batches of up to 4,
     as its registers allow."""
-    kw = wl.K * DTYPE_BYTES[wl.dtype] // 4
     warp_n = next(n for n in (4, 2, 1) if wl.N % (8 * n) == 0)
     for slices in (8, 4, 2, 1):
         for unroll in (4, 2, 1):
             cfg = {"warp_m": 1, "warp_n": warp_n, "block_warps_m": 1, "block_warps_n": 1,
                    "slice_k": slices, "unroll": unroll}
-            if kw % (GROUP_WORDS * slices * unroll) == 0 and \
-                    not space.violations(space.config_from_values(cfg)):
+            if not space.violations(space.config_from_values(cfg)):
                 return cfg
     return cfg
 

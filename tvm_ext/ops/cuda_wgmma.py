@@ -112,8 +112,11 @@ def grouped_tile(t, group, nbm, nbn, div, mod):
 
 
 def _wgmma_target(target):
-    """The task's target with arch sm_90a (a kernel attribute; the module keeps its own)."""
+    """The task's target with arch sm_90a (a kernel attribute; the module keeps its own);
+    None without one."""
     import tvm  # noqa: PLC0415
+    if target is None:
+        return None
     d = dict(target.export())
     d["arch"] = "sm_90a"
     d.pop("host", None)
@@ -202,7 +205,7 @@ def wgmma_gemm(wl, *, warpgroups: int, block_n: int, block_k: int, stages: int,
             r = tirx.min(r, size - (1 if kmajor else 8))
         return bidx(b, r, k) if kmajor else bidx(b, k, r)
 
-    attrs = kernel_attrs(_wgmma_target(target) if target is not None else None)
+    attrs = kernel_attrs(_wgmma_target(target))
 
     @T.macro
     def load(smem, A, B, bz, bm, bn, tx, slot, kt):

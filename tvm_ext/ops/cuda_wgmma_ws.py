@@ -220,7 +220,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         return (cw * c_elems + col // c_box * 64 * c_box + row * c_box
                 + ((col % c_box // per) ^ (row % 8)) * per + col % per)
 
-    attrs = kernel_attrs(_wgmma_target(target) if target is not None else None)
+    attrs = kernel_attrs(_wgmma_target(target))
     st = bool(staged_store)
     # the ring, the staged C tiles, then the barriers
     dyn_bytes = ws_smem_bytes(consumers, BN, BK, S, pingpong, staged_store, ob)
