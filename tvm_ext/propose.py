@@ -445,7 +445,20 @@ def _wgmma_ws(v, f) -> float:
     tile = {"warpgroups": 1 if v.get("pingpong") else v["consumers"], "block_n": v["block_n"],
             "block_k": v["block_k"], "stages": v["stages"], "wgmma_wait": v["wgmma_wait"],
             "raster": v.get("raster", 1), "stage_c": v.get("staged_store", 0)}
-    return _wgmma(tile, f) * (1.0 + 0.01 * (v.get("cluster", 1) - 1))
+    t = _wgmma(tile, f) * (1.0 + 0.01 * (v.get("cluster", 1) - 1))
+    if v.get("stream_k"):
+        # the tiles' work spread evenly over the SMs (no partial last wave), plus the kernel
+        # that zeroes the flags and one hand-over of partial sums (written, flagged, read)
+        # before a shared tile is stored: on the H100, 8192^3 ran 3% faster and 1024^3 (a
+        # tile an SM, every tile shared) 2.3x slower (docs/BENCHMARKS.md)
+        bm = 64 * tile["warpgroups"]
+        tiles = f.get("B", 1) * (f["M"] // bm) * (f["N"] // v["block_n"])
+        waves = tiles / f["num_sms"]
+        clock, _ = _gpu_clock_and_l2(f.get("sm", 90))
+        hand_over = 2 * _L2_LATENCY / clock + bm * v["block_n"] * 4 * 2 / (
+            _STORE_BYTES_PER_CLOCK * clock)
+        t = t * waves / -(-tiles // f["num_sms"]) + _SECOND_KERNEL_S + hand_over * v["stream_k"]
+    return t
 
 
 def _sgemm(v, f) -> float:

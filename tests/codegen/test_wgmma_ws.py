@@ -50,6 +50,7 @@ def test_fallbacks_are_valid_and_fit():
             <= task.facts["max_shared_memory_optin"]
         assert (v["consumers"], v["pingpong"], v["block_n"], v["stages"],
                 fb["wgmma_wait"].val, v["staged_store"]) == want, (shape, out, v)
+        assert fb["stream_k"].val == 0  # stream-K only where a record chooses it
     # a 1-byte output is not staged (TMA boxes of 2- and 4-byte elements)
     wl = Workload.create("dense", (1024, 1024, 1024), "float16", "float32",
                          epilogue="cast:int8")
@@ -133,3 +134,101 @@ def test_fp8_is_k_major_and_compiles_for_sm90a():
     assert "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group" in src
     report = ptxas_verbose(src, "sm_90a")
     assert "0 bytes spill stores" in report, report[-500:]
+
+
+def test_stream_k_partition_covers_every_step_once():
+    """Stream-K's split of the shared tiles' K steps (``stream_k_plan``, and the runs and
+    owners the kernel computes with ``stream_k_start`` / ``stream_k_owner``): every block's
+    run is non-empty, every shared step is in exactly one run, and a tile's blocks are
+    consecutive: the first begins it at K step 0 (it adds the others' sums and stores the
+    tile) and the tile is the first of the others' runs (each block hands over one partial
+    tile at most, so one workspace slot a block suffices)."""
+    from operator import floordiv
+    from tvm_ext.ops.cuda_wgmma_ws import stream_k_owner, stream_k_plan, stream_k_start
+    assert stream_k_plan(264, 128, 132, 1) is None  # whole waves: nothing to balance
+    assert stream_k_plan(4, 16, 132, 1) is None  # 64 steps for 132 blocks
+    assert stream_k_plan(2048, 128, 132, 1) == (68, 15)  # 8192^3, 128 x 256 tiles
+    assert stream_k_plan(2048, 128, 132, 2) == (200, 14)
+    assert stream_k_plan(100, 8, 132, 2) == (100, 0)  # no whole wave to add
+    checked = 0
+    for tiles, kt_n, grid, waves in [(2048, 128, 132, 1), (2048, 128, 132, 2),
+                                     (128, 8, 132, 1), (8, 64, 132, 1), (192, 16, 132, 2),
+                                     (48, 4, 132, 1), (37, 5, 7, 1), (200, 3, 16, 2),
+                                     (17, 3, 16, 2)]:
+        plan = stream_k_plan(tiles, kt_n, grid, waves)
+        assert plan is not None
+        sk_tiles, dp = plan
+        assert sk_tiles + dp * grid == tiles
+        steps = sk_tiles * kt_n
+        start = [stream_k_start(b, steps, grid, floordiv) for b in range(grid + 1)]
+        assert start[0] == 0 and start[grid] == steps
+        assert all(start[b + 1] > start[b] for b in range(grid))  # no empty run
+        for gk in range(steps):
+            b = stream_k_owner(gk, steps, grid, floordiv)
+            assert start[b] <= gk < start[b + 1]
+        for t in range(sk_tiles):
+            first = stream_k_owner(t * kt_n, steps, grid, floordiv)
+            last = stream_k_owner(t * kt_n + kt_n - 1, steps, grid, floordiv)
+            assert start[first] <= t * kt_n  # begins the tile at its step 0
+            for b in range(first + 1, last + 1):  # the tile is the first of their runs
+                assert t * kt_n < start[b] < (t + 1) * kt_n
+                assert start[b] // kt_n == t
+        checked += 1
+    assert checked == 9
+
+
+def test_stream_k_space_rules():
+    """stream_k needs cooperative consumers of one CTA, a last wave that the tiles leave
+    partial, and (stream_k 2) a whole wave before it."""
+    sm90 = cuda_target("sm_90", "h100")
+    coop = dict(consumers=2, pingpong=0, block_n=256, block_k=64, stages=3, wgmma_wait=1,
+                raster=1, staged_store=1)
+    task = Task(Workload.create("dense", (8192, 8192, 8192), "float16", "float16",
+                                layout="NT"), sm90, template="dense_wgmma_ws.cuda")
+    assert all(task.space.is_valid(task.config_with({**coop, "stream_k": sk}))
+               for sk in (0, 1, 2))
+    assert not task.space.is_valid(task.config_with({**coop, "stream_k": 1, "cluster": 2}))
+    assert not task.space.is_valid(task.config_with({**coop, "block_n": 128, "pingpong": 1,
+                                                     "stream_k": 1}))
+    whole = Task(Workload.create("dense", (1408, 3072, 1024), "float16", "float16",
+                                 layout="NT"), sm90, template="dense_wgmma_ws.cuda")
+    assert whole.space.is_valid(whole.config_with({**coop, "stream_k": 0}))  # 11 x 12 tiles
+    assert not whole.space.is_valid(whole.config_with({**coop, "stream_k": 1}))
+    small = Task(Workload.create("dense", (1024, 2048, 512), "float16", "float16",
+                                 layout="NT"), sm90, template="dense_wgmma_ws.cuda")
+    assert small.space.is_valid(small.config_with({**coop, "stream_k": 1}))  # 64 tiles
+    assert not small.space.is_valid(small.config_with({**coop, "stream_k": 2}))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("op, shape, layout, knobs", [
+    ("dense", (8192, 8192, 8192), "NT", dict(consumers=2, block_n=256, stages=3,
+                                             wgmma_wait=1, raster=8, staged_store=1,
+                                             stream_k=1)),
+    ("batch_matmul", (3, 1024, 1024, 1024), "TN", dict(consumers=1, block_n=256, stages=4,
+                                                       wgmma_wait=0, raster=1,
+                                                       staged_store=0, stream_k=2)),
+], ids=["dense_nt_staged_sk1", "bmm_tn_sk2"])
+def test_stream_k_codegen_compiles_for_sm90a(op, shape, layout, knobs):
+    """Stream-K's kernel: a kernel that zeroes the flags, then the GEMM on a grid of one block
+    an SM; partial sums stored 16 bytes a lane, a release store of the flag, the finisher's
+    relaxed polls of it with a sleep between them, closed by an acquire load, and its L2
+    (``.cg``) reads of the partial sums; no spills.
+    stream_k 0 is the kernel without any of it."""
+    target = cuda_target("sm_90", "h100")
+    task = Task(Workload.create(op, shape, "float16", "float16", layout=layout), target,
+                template=f"{op}_wgmma_ws.cuda")
+    cfg = task.config_with({**knobs, "pingpong": 0, "block_k": 64})
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    src = cuda_source(task, cfg)
+    assert len(re.findall(r'extern "C" __global__ void [^;]*\{', src)) == 2
+    assert re.search(r"flag_ptr\[\(\(int\)threadIdx\.x\)\] = 0;", src)
+    for ptx in ("st.global.v4.f32", "st.release.gpu.global.b32", "ld.relaxed.gpu.global.s32",
+                "__nanosleep(", "ld.acquire.gpu.global.s32", "ld.global.cg.v4.f32"):
+        assert ptx in src, ptx
+    report = ptxas_verbose(src, "sm_90a")
+    assert "0 bytes spill stores" in report, report[-500:]
+    plain = cuda_source(task, task.config_with({**knobs, "pingpong": 0, "block_k": 64,
+                                                "stream_k": 0}))
+    assert "flag_ptr" not in plain and "ld.acquire" not in plain
+    assert len(re.findall(r'extern "C" __global__ void [^;]*\{', plain)) == 1

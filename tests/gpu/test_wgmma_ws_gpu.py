@@ -105,3 +105,39 @@ def test_wgmma_ws_cluster_numerics_on_gpu():
     n, failures = pool_failures(cases)
     assert n >= 30
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_wgmma_ws_stream_k_numerics_on_gpu():
+    """Stream-K (stream_k 1 and 2): the K steps of the last partial wave's tiles (and of one
+    whole wave before it) shared out among one block an SM. Tiles fewer than the SMs (every
+    tile shared: 1 to 2 blocks a tile, and 16 or more on 8 tiles of 64 K steps), more tiles
+    than SMs (shared tiles first, then whole ones; with stream_k 2 a block's steps hold a whole
+    tile between two partial ones), the 4 layouts, f16, bf16 and fp8, f16 / bf16 / f32 out,
+    one and two consumers, MMAs waited at once or one batch in flight, from registers and
+    staged, a fused epilogue computed by the block that adds the partial sums."""
+    import tvm
+    if tvm.cuda(0).compute_version != "9.0":
+        pytest.skip("wgmma and setmaxnreg need an sm_90 GPU")
+    target = cuda_target("sm_90")
+    knobs = [dict(consumers=2, pingpong=0, block_n=128, stages=4, wgmma_wait=0, raster=4),
+             dict(consumers=2, pingpong=0, block_n=256, stages=3, wgmma_wait=1, raster=2),
+             dict(consumers=1, pingpong=0, block_n=256, stages=4, wgmma_wait=1, raster=1)]
+
+    def shared(task):
+        bk = 128 if task.workload.dtype in FP8 else 64
+        return [task.config_with({**k, "block_k": bk, "staged_store": st, "stream_k": sk})
+                for k in knobs for st in (0, 1) for sk in (1, 2)]
+    workloads = [Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue)
+                 for op, shape, layout, dtype, out, epilogue in (
+                     ("dense", (1024, 2048, 512), "NT", "float16", "float16", ""),
+                     ("dense", (512, 512, 4096), "NN", "bfloat16", "float32", ""),
+                     ("batch_matmul", (3, 1024, 1024, 1024), "TN", "float16", "float16", ""),
+                     ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
+                     ("dense", (1024, 768, 256), "NT", "float16", "float32",
+                      "bias+gelu+cast:float16"),
+                     ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", ""))]
+    cases = valid_cases(target, "wgmma_ws.cuda", workloads, shared, 3)
+    n, failures = pool_failures(cases)
+    assert n >= 30
+    assert not failures, "\n".join(failures)

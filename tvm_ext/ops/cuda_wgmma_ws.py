@@ -59,9 +59,37 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   of the same config without on 8192^3, 0.99-1.05x on the attention scores), so the fallback
   keeps ``cluster`` = 1.
 
+- **Stream-K** (``stream_k`` = w > 0; CUTLASS's data-parallel + stream-K hybrid). A persistent
+  grid of one block an SM runs ``ceil(tiles / SMs)`` rounds of tiles, the last one partial:
+  8192^3 in 128 x 256 tiles is 15.5 waves, so half the SMs idle for the last tile's time.
+  Here the grid is one block an SM and the tiles of the last, partial wave (and w - 1 whole
+  waves before it) are shared out first, by K steps: the shared tiles' steps are numbered tile
+  by tile and dealt in even runs, block b taking ``[b * steps / SMs, (b + 1) * steps / SMs)``
+  (``stream_k_start``), then every block computes the same number of whole tiles. A run may
+  end a tile that lower blocks began: that partial tile is the first of the run, so each
+  block hands over at most one; it stores its accumulators to its slot of a global workspace
+  (16 bytes a lane, a warp's 512 bytes contiguous), fences, meets its warpgroup, and one lane
+  raises the block's flag (``st.release.gpu``). The block that began the tile (its K step 0)
+  finishes it: for each later block that holds part of it (``stream_k_owner``), lane 0 polls
+  the flag (``T.cuda.wait_until``: relaxed loads ``SPIN_NS`` apart, closed by an acquire
+  load), the warpgroup meets, and every lane adds that slot (``ld.global.cg``, from L2) to its
+  accumulators; then the tile is stored as any other, epilogue included. The
+  blocks a finisher waits on began their runs with the tile, so they never wait themselves,
+  and with one block an SM all of them are resident: no cycle, no deadlock (as CUTLASS, it
+  assumes the grid's blocks can all be resident at once). A first small kernel zeroes the
+  flags (the workspace is TVM's, not kept between calls). Per consumer warpgroup: each
+  takes its own 64 rows, slot and flag. Cooperative consumers of one CTA only (not pingpong,
+  not clusters). Measured on the H100 (docs/BENCHMARKS.md): 8192^3 f16 NT 3% faster in one
+  sweep and 0.6% in a re-ranking in turn (NN 3.5% slower there); under ncu its SMs' busy
+  cycles even out (the busiest SM 0.5% over the mean, against 3%) and the elapsed cycles fall
+  1.7%, but the card, at its power limit, clocks 2-4% lower, and L2 serves 36% more read
+  sectors (not explained: the operands' TMA loads are the same). 1024^3 (a tile an SM, every
+  tile shared) ran 2.3x slower. The fallback keeps ``stream_k`` = 0; records choose it.
+
 The mbarrier phases come from one running count of K steps per block (``g``): slot ``g %
 stages``, phase ``g // stages % 2``; the producer's first pass over the ring waits on the
-parity before the barrier's first phase, which is complete at initialisation.
+parity before the barrier's first phase, which is complete at initialisation. Stream-K's
+blocks count their shared steps first, then their whole tiles'.
 
 Measured (docs/BENCHMARKS.md, ``python -m tvm_ext.bench --suite gpu``; ratios cuBLAS / ours in
 one process): storing from registers, its fallback was 0.93-0.99x of cuBLAS on the f16 / bf16
@@ -95,6 +123,10 @@ from .cuda_wgmma import (ROW_K, _wgmma_target, acc_col, acc_row, check_wgmma,
 
 #: Registers per thread after ``setmaxnreg``: the producer's and the consumers'.
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
+#: Stream-K: nanoseconds a finisher sleeps between polls of a flag, so that a waiting lane does
+#: not keep an L2 slice busy (8192^3 under ncu: 3.5% fewer L2 read sectors than polling without
+#: a pause; docs/BENCHMARKS.md).
+SPIN_NS = 200
 
 
 def ws_smem_bytes(consumers, block_n, block_k, stages, pingpong=0, staged_store=0,
@@ -108,9 +140,36 @@ def ws_smem_bytes(consumers, block_n, block_k, stages, pingpong=0, staged_store=
             + 16 * stages + 8 * consumers)
 
 
+def stream_k_plan(tiles, k_steps, sms, waves):
+    """(tiles whose K steps are shared out, whole tiles a block after them) of ``stream_k`` =
+    ``waves``: the tiles of the last, partial wave of ``sms`` blocks and ``waves`` - 1 whole
+    waves before it where there are as many; None where the tiles fill whole waves (nothing to
+    balance) or the shared steps are fewer than the blocks."""
+    rem = tiles % sms
+    if not rem:
+        return None
+    sk_tiles = rem + min(waves - 1, tiles // sms) * sms
+    if sk_tiles * k_steps < sms:
+        return None
+    return sk_tiles, (tiles - sk_tiles) // sms
+
+
+def stream_k_start(b, steps, grid, div):
+    """Stream-K: the first of block b's shared K steps, of ``steps`` numbered tile by tile
+    (step gk is K step gk % KT of shared tile gk // KT) and dealt to ``grid`` blocks in even
+    runs; ``div``: floor or truncating division (never-negative operands)."""
+    return div(b * steps, grid)
+
+
+def stream_k_owner(gk, steps, grid, div):
+    """Stream-K: the block whose run holds shared step gk (the last b with
+    ``stream_k_start(b) <= gk``)."""
+    return div((gk + 1) * grid - 1, steps)
+
+
 def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int,
                   wgmma_wait: int, raster: int, num_sms: int, pingpong: int = 0,
-                  staged_store: int = 0, cluster: int = 1, target=None):
+                  staged_store: int = 0, cluster: int = 1, stream_k: int = 0, target=None):
     """The PrimFunc of one config (see the module doc)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.script import tirx as T  # noqa: PLC0415
@@ -134,6 +193,13 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
     grid_c = min(tiles, max(1, num_sms // CL))  # clusters
     grid = grid_c * CL
     iters = (tiles + grid_c - 1) // grid_c
+    plan = stream_k_plan(tiles, KT, num_sms, stream_k) if stream_k else None
+    sk = plan is not None
+    if sk:  # stream-K: every SM a block; the first sk_tiles tiles' K steps shared out evenly
+        assert CL == 1 and not pingpong
+        grid = grid_c = num_sms
+        sk_tiles, dp_iters = plan
+        sk_steps = sk_tiles * KT
     group = max(1, min(raster, nbm_c))
     a_elems, b_elems = BM * BK, BN * BK
     ring_elems = S * (a_elems + b_elems)
@@ -271,6 +337,156 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         T.call_packed("runtime.cuTensorMapEncodeTiled", tmap, dtype, rank, data,
                       *dims[0], *dims[1], *dims[2], *([1] * rank), 0, 3, 2, 0)
 
+    def sk_start(b):
+        return stream_k_start(b, sk_steps, grid, tirx.truncdiv)
+
+    def sk_end(b):
+        return sk_start(b + 1)
+
+    def sk_owner(gk):
+        return stream_k_owner(gk, sk_steps, grid, tirx.truncdiv)
+
+    def part_at(b, cw, q, lane):
+        """Stream-K: the element offset of a lane's 4 accumulators q in block b's slot."""
+        return (((b * consumers + cw) * (n_acc // 4) + q) * 128 + lane) * 4
+
+    @T.macro
+    def produce(g, t, kt, smem, bars, A_map, B_map, crank):
+        """The producer's K step g (of the block's running count): k tile kt of tile t into
+        ring slot g % S, once the consumers freed it."""
+        slot = T.meta_var(tirx.truncmod(g, S))
+        bm, bn, bz = T.meta_var(tile_of(t, crank))
+        # (cluster: freed by the consumers of every CTA it feeds)
+        T.cuda.mbarrier_wait(T.address_of(bars[S + slot]),
+                             tirx.truncmod(tirx.truncdiv(g, S), 2) ^ 1)
+        T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+            T.address_of(bars[slot]), T.uint32(stage_bytes))
+        for q in T.unroll(nboxes(a_km, BM)):
+            off, r0, k0 = T.meta_var(box(a_km, BM, q))
+            T.ptx[tma](T.address_of(smem[slot * a_elems + off]),
+                       T.address_of(A_map),
+                       *coords(a_km, bm * BM + r0, kt * BK + k0, bz),
+                       T.address_of(bars[slot]))
+        for q in T.unroll(nboxes(b_km, BN)):
+            off, r0, k0 = T.meta_var(box(b_km, BN, q))
+            if CL > 1:  # this CTA's part of the box, to every CTA
+                T.ptx[tma + ".multicast::cluster"](
+                    T.address_of(smem[S * a_elems + slot * b_elems + off
+                                      + crank * b_outer * ROW_K]),
+                    T.address_of(B_map),
+                    *coords(b_km, bn * BN + r0 + crank * b_outer * b_km,
+                            kt * BK + k0 + crank * b_outer * (1 - b_km),
+                            bz),
+                    T.address_of(bars[slot]), T.uint16((1 << CL) - 1))
+            else:
+                T.ptx[tma](T.address_of(smem[S * a_elems + slot * b_elems
+                                             + off]),
+                           T.address_of(B_map),
+                           *coords(b_km, bn * BN + r0, kt * BK + k0, bz),
+                           T.address_of(bars[slot]))
+
+    @T.macro
+    def consume(g, kt, acc, da, db, bars, peer, lane, r0):
+        """A consumer's K step g (kt: its place in the tile's run of steps): wait for the
+        slot's fill, one wgmma a 16 of K, and free the slot (or, wgmma_wait, the one before)."""
+        slot = T.meta_var(tirx.truncmod(g, S))
+        T.cuda.mbarrier_wait(T.address_of(bars[slot]),
+                             tirx.truncmod(tirx.truncdiv(g, S), 2))
+        T.ptx.wgmma.fence.sync.aligned()
+        for kk in T.unroll(BK // 16):
+            mma(*[acc[j] for j in range(n_acc)],
+                da[0] + T.uint64(desc_offset(slot, BM, 0, kk, a_km)
+                                 + r0 // 64 * (64 * ROW_K // 8 if a_km
+                                               else 64 * BK // 8)),
+                db[0] + T.uint64(desc_offset(slot, BN, 0, kk, b_km)),
+                T.bool(True), 1, 1, *trans)
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(wgmma_wait)
+        if wgmma_wait == 0:
+            if signals(lane):
+                release(T.address_of(bars[S + slot]), peer, lane)
+        else:
+            if signals(lane) and kt > 0:
+                release(T.address_of(bars[S + tirx.truncmod(g + S - 1, S)]),
+                        peer, lane)
+
+    @T.macro
+    def drain(g, bars, peer, lane):
+        """After a tile's last K step g: its MMAs complete and (wgmma_wait) its slot freed."""
+        if wgmma_wait > 0:
+            T.ptx.wgmma.wait_group.sync.aligned(0)
+            if signals(lane):
+                release(T.address_of(bars[S + tirx.truncmod(g, S)]), peer, lane)
+
+    @T.macro
+    def write_back(t, acc, cst, C, C_map, bars, lane, cw, r0, crank):
+        """Tile t's accumulators (the block's i-th tile) through the epilogue to C."""
+        bm, bn, bz = T.meta_var(tile_of(t, crank))
+        if pp:
+            if lane == 0:
+                T.ptx.mbarrier.arrive.shared.b64(
+                    T.address_of(bars[2 * S + tirx.truncmod(cw + 1, consumers)]),
+                    T.uint32(1))
+        if st:
+            # the staged tile: free once this consumer's last TMA store has read
+            # it; written (swizzled, conflict-free), made visible to the async
+            # proxy, and stored by TMA while the next tile's mainloop runs
+            if lane == 0:
+                T.ptx["cp.async.bulk.wait_group.read"](0)
+            T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
+            for j in T.unroll(BN // 8):
+                for h in T.unroll(2):
+                    T.ptx[c_st](
+                        T.address_of(cst[c_off(cw, acc_row(lane, h),
+                                               acc_col(lane, j, 0))]),
+                        *[epi(T.Cast(out, acc[j * 4 + h * 2 + v]),
+                              cidx(bz, bm, bn, r0, lane, j, h, v))
+                          for v in range(2)])
+            T.ptx["fence.proxy.async.shared::cta"]()
+            T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
+            if lane == 0:
+                for q in T.unroll(BN // c_box):
+                    T.ptx[c_store](
+                        T.address_of(C_map),
+                        *coords(True, bm * BM + r0, bn * BN + q * c_box, bz),
+                        T.address_of(cst[cw * c_elems + q * 64 * c_box]))
+                T.ptx["cp.async.bulk.commit_group"]()
+        else:
+            for j in T.unroll(BN // 8):
+                for h in T.unroll(2):
+                    for v in T.vectorized(2):
+                        idx = T.meta_var(cidx(bz, bm, bn, r0, lane, j, h, v))
+                        C[idx] = epi(T.Cast(out, acc[j * 4 + h * 2 + v]), idx)
+
+    @T.macro
+    def hand_over(b, acc, part, flag, lane, cw):
+        """Stream-K: block b's partial sums of the tile that a lower block stores, into its
+        slot of the workspace (16-byte stores, a warp's 512 bytes contiguous); then, after a
+        fence and the warpgroup's barrier, its flag (a release store)."""
+        for q in T.unroll(n_acc // 4):
+            T.ptx["st.global.v4.f32"](T.address_of(part[part_at(b, cw, q, lane)]),
+                                      *[acc[q * 4 + v] for v in range(4)])
+        T.cuda.thread_fence()
+        T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
+        if lane == 0:
+            T.ptx["st.release.gpu.global.b32"](T.address_of(flag[b * consumers + cw]),
+                                               T.int32(1))
+
+    @T.macro
+    def take_over(b, acc, part, flag, fl, tmp, lane, cw):
+        """Stream-K: wait for block b's flag (lane 0 polls it with relaxed loads, a
+        ``SPIN_NS`` sleep between polls, and closes with an acquire load; the warpgroup waits
+        at its barrier), then add its partial sums (read from L2)."""
+        if lane == 0:
+            T.cuda.wait_until(fl, T.address_of(flag[b * consumers + cw]), fl[0] != 0,
+                              backoff_ns=SPIN_NS)
+        T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
+        for q in T.unroll(n_acc // 4):
+            T.ptx["ld.global.cg.v4.f32"](*[tmp[v] for v in range(4)],
+                                         T.address_of(part[part_at(b, cw, q, lane)]))
+            for v in T.unroll(4):
+                acc[q * 4 + v] = acc[q * 4 + v] + tmp[v]
+
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, ind), B: T.Buffer(b_shape, ind),
                C: T.Buffer(c_shape, fin)):
@@ -282,6 +498,12 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         C_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         if st:
             encode(C_map, fin, C.data, c_map)
+        if sk:  # the blocks' partial sums, and their flags (zeroed by a kernel of their own)
+            part = T.alloc_buffer((grid * consumers * 64 * BN,), "float32", scope="global")
+            flag = T.alloc_buffer((grid * consumers,), "int32", scope="global")
+            with T.launch_thread("blockIdx.x", 1):
+                fz = T.launch_thread("threadIdx.x", grid * consumers)
+                flag[fz] = 0
         if CL > 1:
             crank = T.launch_thread("clusterCtaIdx.x", CL)
         else:
@@ -298,6 +520,9 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         da = T.alloc_buffer((1,), "uint64", scope="local")
         db = T.alloc_buffer((1,), "uint64", scope="local")
         peer = T.alloc_buffer((1,), "uint32", scope="local")  # a cluster CTA's barrier
+        if sk:
+            fl = T.alloc_buffer((1,), "int32", scope="local")  # a flag read
+            tmp = T.alloc_buffer((4,), "float32", scope="local")  # 4 partial sums read
         wg = T.meta_var(tx // 128)
         lane = T.meta_var(tx % 128)
         if tx == 0:
@@ -317,41 +542,22 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
         if wg == 0:
             T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGS)
             if tx == 0:
-                for i in T.serial(iters):
-                    t = T.meta_var(tile(bx, i))
-                    if t < tiles:
-                        bm, bn, bz = T.meta_var(tile_of(t, crank))
+                if sk:
+                    for u in T.serial(sk_end(bx) - sk_start(bx)):  # this block's shared steps
+                        gk = T.meta_var(sk_start(bx) + u)
+                        produce(u, tirx.truncdiv(gk, KT), tirx.truncmod(gk, KT),
+                                smem, bars, A_map, B_map, crank)
+                    for i in T.serial(dp_iters):
                         for kt in T.serial(KT):
-                            g = T.meta_var(i * KT + kt)
-                            slot = T.meta_var(tirx.truncmod(g, S))
-                            # (cluster: freed by the consumers of every CTA it feeds)
-                            T.cuda.mbarrier_wait(T.address_of(bars[S + slot]),
-                                                 tirx.truncmod(tirx.truncdiv(g, S), 2) ^ 1)
-                            T.ptx.mbarrier.arrive.expect_tx.shared.b64(
-                                T.address_of(bars[slot]), T.uint32(stage_bytes))
-                            for q in T.unroll(nboxes(a_km, BM)):
-                                off, r0, k0 = T.meta_var(box(a_km, BM, q))
-                                T.ptx[tma](T.address_of(smem[slot * a_elems + off]),
-                                           T.address_of(A_map),
-                                           *coords(a_km, bm * BM + r0, kt * BK + k0, bz),
-                                           T.address_of(bars[slot]))
-                            for q in T.unroll(nboxes(b_km, BN)):
-                                off, r0, k0 = T.meta_var(box(b_km, BN, q))
-                                if CL > 1:  # this CTA's part of the box, to every CTA
-                                    T.ptx[tma + ".multicast::cluster"](
-                                        T.address_of(smem[S * a_elems + slot * b_elems + off
-                                                          + crank * b_outer * ROW_K]),
-                                        T.address_of(B_map),
-                                        *coords(b_km, bn * BN + r0 + crank * b_outer * b_km,
-                                                kt * BK + k0 + crank * b_outer * (1 - b_km),
-                                                bz),
-                                        T.address_of(bars[slot]), T.uint16((1 << CL) - 1))
-                                else:
-                                    T.ptx[tma](T.address_of(smem[S * a_elems + slot * b_elems
-                                                                 + off]),
-                                               T.address_of(B_map),
-                                               *coords(b_km, bn * BN + r0, kt * BK + k0, bz),
-                                               T.address_of(bars[slot]))
+                            produce(sk_end(bx) - sk_start(bx) + i * KT + kt,
+                                    sk_tiles + bx + i * grid, kt, smem, bars, A_map, B_map,
+                                    crank)
+                else:
+                    for i in T.serial(iters):
+                        t = T.meta_var(tile(bx, i))
+                        if t < tiles:
+                            for kt in T.serial(KT):
+                                produce(i * KT + kt, t, kt, smem, bars, A_map, B_map, crank)
         else:
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGS)
             cw = T.meta_var(wg - 1)  # this consumer: its 64 rows, or (pingpong) its tiles
@@ -360,79 +566,52 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                                                   lbo_a, sbo_a, 3)
             T.cuda.wgmma.encode_matrix_descriptor(db.data, T.address_of(smem[S * a_elems]),
                                                   lbo_b, sbo_b, 3)
-            for i in T.serial(iters):
-                t = T.meta_var(tile(bx, i))
-                if t < tiles and mine(i, cw):
-                    bm, bn, bz = T.meta_var(tile_of(t, crank))
+            if sk:
+                s0 = T.meta_var(sk_start(bx))
+                s1 = T.meta_var(sk_end(bx))
+                # this block's segments of the shared tiles: the first may end one that lower
+                # blocks began (its partial sum goes to the workspace), the last may begin
+                # one that higher blocks end (it adds their partial sums and stores the tile)
+                for q in T.serial(tirx.truncdiv(s1 - 1, KT) - tirx.truncdiv(s0, KT) + 1):
+                    t = T.meta_var(tirx.truncdiv(s0, KT) + q)
+                    k0 = T.meta_var(T.max(s0, t * KT) - t * KT)
+                    k1 = T.meta_var(T.min(s1, t * KT + KT) - t * KT)
                     for j in T.unroll(n_acc):
                         acc[j] = T.float32(0)
-                    if pp:
-                        # mainloops in turn: every earlier tile's K steps were consumed, so
-                        # a full barrier's parity names this tile's fill, not an older one
-                        T.cuda.mbarrier_wait(T.address_of(bars[2 * S + cw]),
-                                             tirx.truncmod(i // consumers, 2) ^ (cw == 0))
-                    for kt in T.serial(KT):
-                        g = T.meta_var(i * KT + kt)
-                        slot = T.meta_var(tirx.truncmod(g, S))
-                        T.cuda.mbarrier_wait(T.address_of(bars[slot]),
-                                             tirx.truncmod(tirx.truncdiv(g, S), 2))
-                        T.ptx.wgmma.fence.sync.aligned()
-                        for kk in T.unroll(BK // 16):
-                            mma(*[acc[j] for j in range(n_acc)],
-                                da[0] + T.uint64(desc_offset(slot, BM, 0, kk, a_km)
-                                                 + r0 // 64 * (64 * ROW_K // 8 if a_km
-                                                               else 64 * BK // 8)),
-                                db[0] + T.uint64(desc_offset(slot, BN, 0, kk, b_km)),
-                                T.bool(True), 1, 1, *trans)
-                        T.ptx.wgmma.commit_group.sync.aligned()
-                        T.ptx.wgmma.wait_group.sync.aligned(wgmma_wait)
-                        if wgmma_wait == 0:
-                            if signals(lane):
-                                release(T.address_of(bars[S + slot]), peer, lane)
-                        else:
-                            if signals(lane) and kt > 0:
-                                release(T.address_of(bars[S + tirx.truncmod(g + S - 1, S)]),
-                                        peer, lane)
-                    if wgmma_wait > 0:
-                        T.ptx.wgmma.wait_group.sync.aligned(0)
-                        if signals(lane):
-                            release(T.address_of(bars[S + tirx.truncmod(i * KT + KT - 1, S)]),
-                                    peer, lane)
-                    if pp:
-                        if lane == 0:
-                            T.ptx.mbarrier.arrive.shared.b64(
-                                T.address_of(bars[2 * S + tirx.truncmod(cw + 1, consumers)]),
-                                T.uint32(1))
-                    if st:
-                        # the staged tile: free once this consumer's last TMA store has read
-                        # it; written (swizzled, conflict-free), made visible to the async
-                        # proxy, and stored by TMA while the next tile's mainloop runs
-                        if lane == 0:
-                            T.ptx["cp.async.bulk.wait_group.read"](0)
-                        T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
-                        for j in T.unroll(BN // 8):
-                            for h in T.unroll(2):
-                                T.ptx[c_st](
-                                    T.address_of(cst[c_off(cw, acc_row(lane, h),
-                                                           acc_col(lane, j, 0))]),
-                                    *[epi(T.Cast(out, acc[j * 4 + h * 2 + v]),
-                                          cidx(bz, bm, bn, r0, lane, j, h, v))
-                                      for v in range(2)])
-                        T.ptx["fence.proxy.async.shared::cta"]()
-                        T.ptx["bar.sync"](T.uint32(1) + T.Cast("uint32", cw), T.uint32(128))
-                        if lane == 0:
-                            for q in T.unroll(BN // c_box):
-                                T.ptx[c_store](
-                                    T.address_of(C_map),
-                                    *coords(True, bm * BM + r0, bn * BN + q * c_box, bz),
-                                    T.address_of(cst[cw * c_elems + q * 64 * c_box]))
-                            T.ptx["cp.async.bulk.commit_group"]()
+                    for kt in T.serial(k1 - k0):
+                        consume(t * KT + k0 + kt - s0, kt, acc, da, db, bars, peer, lane, r0)
+                    drain(t * KT + k1 - 1 - s0, bars, peer, lane)
+                    if k0 > 0:
+                        hand_over(bx, acc, part, flag, lane, cw)
                     else:
-                        for j in T.unroll(BN // 8):
-                            for h in T.unroll(2):
-                                for v in T.vectorized(2):
-                                    idx = T.meta_var(cidx(bz, bm, bn, r0, lane, j, h, v))
-                                    C[idx] = epi(T.Cast(out, acc[j * 4 + h * 2 + v]), idx)
+                        for c in T.serial(T.if_then_else(k1 < KT,
+                                                         sk_owner(t * KT + KT - 1) - bx, 0)):
+                            take_over(bx + 1 + c, acc, part, flag, fl, tmp, lane, cw)
+                        write_back(t, acc, cst, C, C_map, bars, lane, cw, r0, crank)
+                for i in T.serial(dp_iters):
+                    for j in T.unroll(n_acc):
+                        acc[j] = T.float32(0)
+                    for kt in T.serial(KT):
+                        consume(s1 - s0 + i * KT + kt, kt, acc, da, db, bars, peer, lane,
+                                r0)
+                    drain(s1 - s0 + i * KT + KT - 1, bars, peer, lane)
+                    write_back(sk_tiles + bx + i * grid, acc, cst, C, C_map, bars, lane, cw, r0,
+                               crank)
+            else:
+                for i in T.serial(iters):
+                    t = T.meta_var(tile(bx, i))
+                    if t < tiles and mine(i, cw):
+                        for j in T.unroll(n_acc):
+                            acc[j] = T.float32(0)
+                        if pp:
+                            # mainloops in turn: every earlier tile's K steps were consumed,
+                            # so a full barrier's parity names this tile's fill, not an older
+                            T.cuda.mbarrier_wait(T.address_of(bars[2 * S + cw]),
+                                                 tirx.truncmod(i // consumers, 2) ^ (cw == 0))
+                        for kt in T.serial(KT):
+                            consume(i * KT + kt, kt, acc, da, db, bars, peer, lane, r0)
+                        drain(i * KT + KT - 1, bars, peer, lane)
+                        write_back(t, acc, cst, C, C_map, bars, lane, cw, r0, crank)
             if st:
                 if lane == 0:
                     T.ptx["cp.async.bulk.wait_group"](0)
