@@ -12,6 +12,18 @@ from tvm_ext.task import Task
 from tvm_ext.workload import FP8, Workload
 
 
+def _check_numerics(target, configs_of, at_least, measured, rows):
+    """Each config ``configs_of(task)`` gives (``at_least`` of them valid) for each workload
+    row (op, shape, layout, dtype, out dtype, epilogue), built and run by pool measurers that
+    check it against numpy: ``measured`` configs or more, none failed."""
+    workloads = [Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue)
+                 for op, shape, layout, dtype, out, epilogue in rows]
+    n, failures = pool_failures(valid_cases(target, "wgmma_ws.cuda", workloads, configs_of,
+                                            at_least))
+    assert n >= measured
+    assert not failures, "\n".join(failures)
+
+
 @pytest.mark.gpu
 def test_wgmma_ws_numerics_on_gpu():
     import tvm
@@ -92,19 +104,13 @@ def test_wgmma_ws_cluster_numerics_on_gpu():
         bk = 128 if task.workload.dtype in FP8 else 64  # a stage: one 128-byte swizzle row
         return [task.config_with({**k, "block_k": bk, "staged_store": st, "cluster": 2})
                 for k in knobs for st in (0, 1)]
-    workloads = [Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue)
-                 for op, shape, layout, dtype, out, epilogue in (
-                     ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
-                     ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
-                     ("dense", (1024, 1280, 512), "TN", "float16", "float32", ""),
-                     ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
-                     ("dense", (1024, 768, 256), "NT", "float16", "float32",
-                      "bias+gelu+cast:float16"),
-                     ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", ""))]
-    cases = valid_cases(target, "wgmma_ws.cuda", workloads, clustered, 5)
-    n, failures = pool_failures(cases)
-    assert n >= 30
-    assert not failures, "\n".join(failures)
+    _check_numerics(target, clustered, 5, 30, (
+        ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
+        ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
+        ("dense", (1024, 1280, 512), "TN", "float16", "float32", ""),
+        ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
+        ("dense", (1024, 768, 256), "NT", "float16", "float32", "bias+gelu+cast:float16"),
+        ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", "")))
 
 
 @pytest.mark.gpu
@@ -128,16 +134,10 @@ def test_wgmma_ws_stream_k_numerics_on_gpu():
         bk = 128 if task.workload.dtype in FP8 else 64
         return [task.config_with({**k, "block_k": bk, "staged_store": st, "stream_k": sk})
                 for k in knobs for st in (0, 1) for sk in (1, 2)]
-    workloads = [Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue)
-                 for op, shape, layout, dtype, out, epilogue in (
-                     ("dense", (1024, 2048, 512), "NT", "float16", "float16", ""),
-                     ("dense", (512, 512, 4096), "NN", "bfloat16", "float32", ""),
-                     ("batch_matmul", (3, 1024, 1024, 1024), "TN", "float16", "float16", ""),
-                     ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
-                     ("dense", (1024, 768, 256), "NT", "float16", "float32",
-                      "bias+gelu+cast:float16"),
-                     ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", ""))]
-    cases = valid_cases(target, "wgmma_ws.cuda", workloads, shared, 3)
-    n, failures = pool_failures(cases)
-    assert n >= 30
-    assert not failures, "\n".join(failures)
+    _check_numerics(target, shared, 3, 30, (
+        ("dense", (1024, 2048, 512), "NT", "float16", "float16", ""),
+        ("dense", (512, 512, 4096), "NN", "bfloat16", "float32", ""),
+        ("batch_matmul", (3, 1024, 1024, 1024), "TN", "float16", "float16", ""),
+        ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
+        ("dense", (1024, 768, 256), "NT", "float16", "float32", "bias+gelu+cast:float16"),
+        ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", "")))
