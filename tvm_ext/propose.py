@@ -449,7 +449,7 @@ def _wgmma_ws(v, f) -> float:
     if v.get("stream_k"):
         # the tiles' work spread evenly over the SMs (no partial last wave), plus the kernel
         # that zeroes the flags and one hand-over of partial sums (written, flagged, read)
-        # before a shared tile is stored: on the H100, 8192^3 ran 3% faster and 1024^3 (a
+        # before a shared tile is stored: on the H100, 8192^3 ran 0.6-3% faster and 1024^3 (a
         # tile an SM, every tile shared) 2.3x slower (docs/BENCHMARKS.md)
         bm = 64 * tile["warpgroups"]
         tiles = f.get("B", 1) * (f["M"] // bm) * (f["N"] // v["block_n"])

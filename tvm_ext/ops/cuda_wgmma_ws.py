@@ -420,7 +420,8 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
 
     @T.macro
     def write_back(t, acc, cst, C, C_map, bars, lane, cw, r0, crank):
-        """Tile t's accumulators (the block's i-th tile) through the epilogue to C."""
+        """Tile t's accumulators through the epilogue to C (pingpong: after handing the
+        mainloop's turn to the other consumer)."""
         bm, bn, bz = T.meta_var(tile_of(t, crank))
         if pp:
             if lane == 0:
