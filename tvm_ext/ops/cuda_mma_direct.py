@@ -134,7 +134,8 @@ def mma_direct(wl, *, warp_m: int, warp_n: int, block_warps_m: int, block_warps_
         am = T.alloc_buffer((4,), "uint32", scope="local")
         bf = T.alloc_buffer((2,), "uint32", scope="local")
         acc = T.alloc_buffer((MN * 4,), acc_t, scope="local")
-        red = T.alloc_buffer((max(red_words, 4),), acc_t, scope="shared")
+        if slice_k > 1:  # the slices' accumulators
+            red = T.alloc_buffer((red_words,), acc_t, scope="shared")
         warp = T.meta_var(tid // 32)
         lane = T.meta_var(tid % 32)
         sl = T.meta_var(warp // W)  # this warp's slice of K
@@ -164,11 +165,12 @@ def mma_direct(wl, *, warp_m: int, warp_n: int, block_warps_m: int, block_warps_
                         *[acc[mn * 4 + v] for v in range(4)])
             T.tvm_storage_sync("shared")
         if sl == 0:
-            for s in T.unroll(slice_k - 1):
-                for mn in T.unroll(MN):
-                    for v in T.vectorized(4):
-                        acc[mn * 4 + v] = acc[mn * 4 + v] + red[
-                            ((s * W + w) * MN + mn) * 128 + lane * 4 + v]
+            if slice_k > 1:
+                for s in T.unroll(slice_k - 1):
+                    for mn in T.unroll(MN):
+                        for v in T.vectorized(4):
+                            acc[mn * 4 + v] = acc[mn * 4 + v] + red[
+                                ((s * W + w) * MN + mn) * 128 + lane * 4 + v]
             for mi in T.unroll(warp_m):
                 for ni in T.unroll(warp_n):
                     for h in T.unroll(2):
