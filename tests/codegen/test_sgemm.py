@@ -111,3 +111,46 @@ def test_tiles_over_48_kb_take_dynamic_shared_memory():
     report = ptxas_verbose(src, "sm_90")
     assert "0 bytes spill stores" in report and "bytes smem" not in report, report[-500:]
     assert "extern __shared__" not in cuda_source(task, small)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("layout, knobs", [
+    ("NN", dict(block_m=128, block_n=128, thread_n=16, block_k=16, min_blocks=1, stages=2)),
+    ("NN", dict(block_m=128, block_n=128, thread_n=8, block_k=16, min_blocks=2, stages=3)),
+    ("NT", dict(block_m=128, block_n=256, thread_n=16, block_k=16, min_blocks=1, stages=4)),
+    ("TN", dict(block_m=64, block_n=128, thread_n=8, block_k=16, min_blocks=2, stages=2,
+                spread=2)),
+], ids=["nn_2", "nn_3_2blocks", "nt_4_dynamic", "tn_2_spread"])
+def test_stages_fill_a_ring_by_cp_async(layout, knobs):
+    """``stages``: the tiles come in by cp.async (16-byte copies of an MN-contiguous operand,
+    4-byte ones of a K-contiguous operand, into its transposed places), ``stages`` K tiles
+    deep: no staging registers, no shared stores, one barrier a K tile after the wait for the
+    next tile's group; the space counts its shared memory."""
+    wl = Workload.create("dense", (1024, 1024, 512), layout=layout)
+    task = Task(wl, SM90, template="dense_sgemm.cuda")
+    cfg = task.config_with(dict(raster=2, serpentine=1, **knobs))
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    src = cuda_source(task, cfg)
+    stages = knobs["stages"]
+    assert "st.shared" not in src and src.count("__syncthreads()") == 2
+    # a K-contiguous operand (A of NN / NT, B of NT) by 4-byte copies, an MN-contiguous one by
+    # 16-byte copies
+    a_kc, b_kc = layout[0] == "N", layout[1] == "T"
+    assert ("cp.async.ca.shared.global [%0], [%1], 4;" in src) == (a_kc or b_kc)
+    assert ("cp.async.cg.shared.global [%0], [%1], 16;" in src) == (not a_kc or not b_kc)
+    # the prologue waits for tile 0 and each K tile for the next: stages - 2 groups pending
+    assert src.count(f"cp.async.wait_group {stages - 2};") == 1
+    assert src.count("_async_wait_group_") == 3  # its definition, the prologue's, the loop's
+    report = ptxas_verbose(src, "sm_90")
+    assert "0 bytes spill stores" in report, report[-500:]
+    want = sgemm_smem_bytes(knobs["block_m"], knobs["block_n"], knobs["block_k"], stages)
+    assert task.space.names_of(cfg)["smem_bytes"] == want
+    if want > 48 * 1024:
+        assert "extern __shared__" in src and "bytes smem" not in report
+    else:
+        smem = int(re.search(r"(\d+) bytes smem", report).group(1))
+        assert want - 64 <= smem <= want, (smem, want)
+    # stages 0 is the kernel of the records written before the knob: staged in registers
+    old = cuda_source(task, task.config_with(dict(raster=2, serpentine=1, **dict(knobs,
+                                                                            stages=0))))
+    assert "cp.async" not in old and "st.shared" in old
