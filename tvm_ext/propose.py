@@ -477,8 +477,7 @@ def _sgemm(v, f) -> float:
     bm, bn, bk, tn = v["block_m"], v["block_n"], v["block_k"], v["thread_n"]
     threads = bm * bn // (8 * tn)
     regs = 128 if v.get("min_blocks", 1) >= 2 else 220 if tn == 16 else 126 if bk == 8 else 150
-    # the space's, as estimate gives (``stages``: modelled by its shared memory alone)
-    smem = f.get("smem_bytes") or sgemm_smem_bytes(bm, bn, bk, v.get("stages", 0))
+    smem = f.get("smem_bytes") or sgemm_smem_bytes(bm, bn, bk)  # the space's, as estimate gives
     per_sm = max(1, min(65536 // (threads * regs), 233472 // smem, 2048 // threads))
     blocks = B * -(-M // bm) * -(-N // bn)
     rate = 0.91 if tn == 16 else 0.87 + 0.04 * v.get("serpentine", 0)

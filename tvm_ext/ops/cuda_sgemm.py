@@ -37,11 +37,10 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   FMAs. On the H100 the issue slots went from 79% to 81% busy and the wait stalls from 0.10 to
   0.06 an instruction, but the fences compile to NOPs (3% more instructions) and the times did
   not change (docs/BENCHMARKS.md).
-- ``stages`` (0: the above): the tiles come in by ``cp.async`` into a ring of ``stages`` shared
-  buffers instead (16-byte copies of an MN-contiguous operand, 4-byte copies into the
-  transposed places of a K-contiguous one, rows padded by ``ASYNC_PAD``): no staging registers,
-  no shared stores. On the H100 it was slower on every row (8192^3 0.84-0.86x of cuBLAS against
-  0.92x; 7x the shared-memory bank conflicts of the 4-byte copies).
+- Not ``cp.async``: a ring of 2 to 4 shared buffers filled by cp.async (4-byte copies into
+  the transposed places of a K-contiguous operand, no staging registers, no shared stores) was
+  slower on every H100 row (8192^3 0.84-0.86x of cuBLAS against 0.92x, 7x the shared-memory
+  bank conflicts; commit e2a339d, docs/BENCHMARKS.md) and was removed.
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
   many blocks share an SM (2: 128 registers for 256 threads).
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
@@ -66,25 +65,19 @@ from .cuda_wgmma import grouped_tile
 #: K-contiguous operand (threads of a warp on 2 or 4 rows of K) fall in distinct banks.
 PAD = 4
 
-#: The same under ``stages`` (cp.async): a warp's 4-byte copies of a K-contiguous operand are
-#: 8 rows x 4 of K, so the rows of K must be 8 banks apart (a row of 8 (mod 32) floats).
-ASYNC_PAD = 8
-
 
 #: Bytes of static shared memory a CUDA block may declare.
 STATIC_SMEM = 48 * 1024
 
 
-def sgemm_smem_bytes(block_m, block_n, block_k, stages=0):
+def sgemm_smem_bytes(block_m, block_n, block_k):
     """Shared memory of a config (static up to ``STATIC_SMEM``, else dynamic): two K-major
-    buffers of each tile, or ``stages`` of them (the cp.async ring)."""
-    pad = ASYNC_PAD if stages else PAD
-    return max(2, stages) * block_k * (block_m + pad + block_n + pad) * 4
+    buffers of each tile."""
+    return 2 * block_k * (block_m + PAD + block_n + PAD) * 4
 
 
 def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_blocks: int = 1,
-          thread_n: int = 8, serpentine: int = 0, spread: int = 0, stages: int = 0,
-          target=None):
+          thread_n: int = 8, serpentine: int = 0, spread: int = 0, target=None):
     """The PrimFunc of one config (see the module doc)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.script import tirx as T  # noqa: PLC0415
@@ -97,10 +90,7 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
     threads = TXN * TYM
     SN = TN // 4
     HM, HN = BM // 2, BN // SN  # the next sub-tile's offset
-    NS = stages or 2  # shared buffers of each operand
-    async_on = bool(stages)  # (TVMScript's if takes a bool)
-    pad = ASYNC_PAD if stages else PAD
-    SA, SB = BM + pad, BN + pad  # shared row strides
+    SA, SB = BM + PAD, BN + PAD  # shared row strides
     KT = K // BK
     nbm, nbn = M // BM, N // BN
     per_batch = nbm * nbn
@@ -133,14 +123,6 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
             return f // (BK // 4), f % (BK // 4) * 4
         return f % (R // 4) * 4, f // (R // 4)
 
-    def where4(R, q, tid):
-        """(row, k) in the tile of a thread's q-th 4-byte copy of a K-contiguous operand
-        (``stages``): a warp's copy q covers 8 rows x 4 of K (16 bytes of each row), so that
-        with rows of K ``ASYNC_PAD`` (mod 32) floats apart its 32 stores hit 32 banks."""
-        f = q * threads + tid
-        c = f // 32  # the warp's chunk of 8 rows x 4 of K
-        return c // (BK // 4) * 8 + f % 8, c % (BK // 4) * 4 + f % 32 // 8
-
     def tile_of(t):
         bm, bn = grouped_tile(tirx.truncmod(t, per_batch), group, nbm, nbn, tirx.truncdiv,
                               tirx.truncmod)
@@ -148,8 +130,7 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
 
     # Static shared memory up to 48 KB (every config before 128 x 256 x 16 tiles), dynamic
     # (opt-in, up to the SM's) beyond: 128 x 256 x 16 is cuBLAS's f32 tile on sm_90.
-    smem_scope = "shared" if sgemm_smem_bytes(BM, BN, BK, stages) <= STATIC_SMEM else \
-        "shared.dyn"
+    smem_scope = "shared" if sgemm_smem_bytes(BM, BN, BK) <= STATIC_SMEM else "shared.dyn"
     attrs = kernel_attrs(target)
 
     @T.macro
@@ -195,24 +176,6 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                 T.ptx["st.shared.v4.f32"](T.address_of(X[st * BK * S + kk * S + r]),
                                           *[g[q * 4 + v] for v in range(4)])
 
-    @T.macro
-    def to_shared_async(X, Xs, kc, R, n, S, row0, k0, tid, bz, slot):
-        """``stages``: an operand's K tile at ``k0`` into shared slot ``slot`` by cp.async,
-        16-byte copies where it is MN-contiguous, 4-byte copies into the transposed places
-        where it is K-contiguous (``where4``); no registers, no shared stores."""
-        if kc:
-            for q in T.unroll(n * 4):
-                r, kk = T.meta_var(where4(R, q, tid))
-                T.ptx["cp.async.ca.shared.global"](
-                    T.address_of(Xs[slot * BK * S + kk * S + r]),
-                    T.address_of(X[gidx(bz, kc, row0 + r, k0 + kk)]), 4)
-        else:
-            for q in T.unroll(n):
-                r, kk = T.meta_var(where(kc, R, q, tid))
-                T.ptx["cp.async.cg.shared.global"](
-                    T.address_of(Xs[slot * BK * S + kk * S + r]),
-                    T.address_of(X[gidx(bz, kc, row0 + r, k0 + kk)]), 16)
-
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, "float32"), B: T.Buffer(b_shape, "float32"),
                C: T.Buffer(c_shape, fin)):
@@ -222,11 +185,10 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
         # __launch_bounds__(threads, min_blocks): registers capped so that min_blocks fit
         T.attr({"tirx.launch_bounds_min_blocks_per_sm": min_blocks})
         # flat, so that buffer compaction keeps the padded row strides
-        As = T.alloc_buffer((NS * BK * SA,), "float32", scope=smem_scope)
-        Bs = T.alloc_buffer((NS * BK * SB,), "float32", scope=smem_scope)
-        # the next tile's global loads (none under ``stages``: cp.async)
-        ga = T.alloc_buffer((na * 4 * (not stages) + bool(stages),), "float32", scope="local")
-        gb = T.alloc_buffer((nb * 4 * (not stages) + bool(stages),), "float32", scope="local")
+        As = T.alloc_buffer((2 * BK * SA,), "float32", scope=smem_scope)
+        Bs = T.alloc_buffer((2 * BK * SB,), "float32", scope=smem_scope)
+        ga = T.alloc_buffer((na * 4,), "float32", scope="local")
+        gb = T.alloc_buffer((nb * 4,), "float32", scope="local")
         fa = T.alloc_buffer((2, 8), "float32", scope="local")
         fb = T.alloc_buffer((2, TN), "float32", scope="local")
         acc = T.alloc_buffer((8, TN), "float32", scope="local")
@@ -236,48 +198,26 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
         for i in T.unroll(8):
             for j in T.unroll(TN):
                 acc[i, j] = T.float32(0)
-        if async_on:  # tiles 0 .. NS - 2 by cp.async (a commit group each); wait for tile 0
-            for p in T.unroll(NS - 1):
-                if p < KT:
-                    to_shared_async(A, As, a_kc, BM, na, SA, bm * BM, p * BK, tid, bz, p)
-                    to_shared_async(B, Bs, b_kc, BN, nb, SB, bn * BN, p * BK, tid, bz, p)
-                T.ptx["cp.async.commit_group"]()
-            T.ptx["cp.async.wait_group"](NS - 2)
-        else:  # tile 0: global -> registers -> shared buffer 0
-            to_regs(A, ga, a_kc, BM, na, bm * BM, 0, tid, bz)
-            to_regs(B, gb, b_kc, BN, nb, bn * BN, 0, tid, bz)
-            to_shared(As, ga, a_kc, BM, na, SA, tid, 0)
-            to_shared(Bs, gb, b_kc, BN, nb, SB, tid, 0)
+        # tile 0: global -> registers -> shared buffer 0
+        to_regs(A, ga, a_kc, BM, na, bm * BM, 0, tid, bz)
+        to_regs(B, gb, b_kc, BN, nb, bn * BN, 0, tid, bz)
+        to_shared(As, ga, a_kc, BM, na, SA, tid, 0)
+        to_shared(Bs, gb, b_kc, BN, nb, SB, tid, 0)
         T.tvm_storage_sync("shared")
         fragments(As, fa, SA, 0, 0, 0, ty * 4, HM, 2)
         fragments(Bs, fb, SB, 0, 0, 0, tx * 4, HN, SN)
         for kt in T.serial(KT):
-            if async_on:
-                cur = T.meta_var(tirx.truncmod(kt, NS))
-                nxt = T.meta_var(tirx.truncmod(kt + 1, NS))
-                # tile kt + NS - 1 into the slot of tile kt - 1, which every thread has read
-                # (its last fragments before the barrier of tile kt - 1); a group each tile
-                if kt + NS - 1 < KT:
-                    to_shared_async(A, As, a_kc, BM, na, SA, bm * BM, (kt + NS - 1) * BK, tid,
-                                    bz, tirx.truncmod(kt + NS - 1, NS))
-                    to_shared_async(B, Bs, b_kc, BN, nb, SB, bn * BN, (kt + NS - 1) * BK, tid,
-                                    bz, tirx.truncmod(kt + NS - 1, NS))
-                T.ptx["cp.async.commit_group"]()
-            else:
-                cur = T.meta_var(tirx.truncmod(kt, 2))
-                nxt = T.meta_var(1 - tirx.truncmod(kt, 2))
-                if kt + 1 < KT:  # the next tile's global loads, in flight under its FMAs
-                    to_regs(A, ga, a_kc, BM, na, bm * BM, (kt + 1) * BK, tid, bz)
-                    to_regs(B, gb, b_kc, BN, nb, bn * BN, (kt + 1) * BK, tid, bz)
+            cur = T.meta_var(tirx.truncmod(kt, 2))
+            nxt = T.meta_var(1 - tirx.truncmod(kt, 2))
+            if kt + 1 < KT:  # the next tile's global loads, in flight under this tile's FMAs
+                to_regs(A, ga, a_kc, BM, na, bm * BM, (kt + 1) * BK, tid, bz)
+                to_regs(B, gb, b_kc, BN, nb, bn * BN, (kt + 1) * BK, tid, bz)
             for k in T.unroll(BK):
                 if k == BK - 1 and kt + 1 < KT:
-                    if async_on:  # tile kt + 1 has landed (this thread's copies, then all's)
-                        T.ptx["cp.async.wait_group"](NS - 2)
-                    else:
-                        # the next tile into the other buffer (read by nobody since the last
-                        # barrier), then the one barrier of this tile
-                        to_shared(As, ga, a_kc, BM, na, SA, tid, nxt)
-                        to_shared(Bs, gb, b_kc, BN, nb, SB, tid, nxt)
+                    # the next tile into the other buffer (read by nobody since the last
+                    # barrier), then the one barrier of this tile
+                    to_shared(As, ga, a_kc, BM, na, SA, tid, nxt)
+                    to_shared(Bs, gb, b_kc, BN, nb, SB, tid, nxt)
                     T.tvm_storage_sync("shared")
                 # the fragments of the next k step (the next tile's first from the other
                 # buffer), loaded while this step's FMAs run
