@@ -344,11 +344,16 @@ def best_per_target(records: Iterable[Record], target=None) -> Dict[tuple, Recor
 
 
 def merge(paths: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike], *,
-          best_only: bool = False) -> int:
+          best_only: bool = False, latest_only: bool = False) -> int:
     """Append the records of ``paths`` (or only the best per workload and target) to ``out``;
-    returns how many were written. ``out`` is appended to, never rewritten."""
+    returns how many were written. ``out`` is appended to, never rewritten. ``latest_only``:
+    without the measurements that a later one of the same config supersedes
+    (``superseded_dropped``: no build applies them), e.g. to compact a shipped log after a
+    ``rerank`` into a new file."""
     records = [r for p in paths for r in load(p)]
     check_appendable(out)
+    if latest_only:
+        records = superseded_dropped(records)
     if best_only:
         records = list(best_per_target(records).values())
     # Each record keeps the TVM version that wrote it: a knob's meaning depends on it.
@@ -423,6 +428,16 @@ def latest_measurements(records: Sequence[Record]) -> List[Record]:
         if key not in latest or r.result.timestamp >= latest[key].result.timestamp:
             latest[key] = r
     kept = {id(r) for r in latest.values()}
+    return [r for r in records if id(r) in kept]
+
+
+def superseded_dropped(records: Sequence[Record]) -> List[Record]:
+    """``records`` (in their order) less the measurements that ``latest_measurements``
+    supersedes, workload by workload (its identity of a config names no workload)."""
+    by_workload: Dict[tuple, List[Record]] = {}
+    for r in records:
+        by_workload.setdefault(r.key(), []).append(r)
+    kept = {id(r) for group in by_workload.values() for r in latest_measurements(group)}
     return [r for r in records if id(r) in kept]
 
 

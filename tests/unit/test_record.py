@@ -93,6 +93,37 @@ def test_pick_best_merge_and_target_check(tmp_path):
         record.check_target(recs, {"kind": "cuda", "arch": "sm_90"}, a)
 
 
+def test_merge_latest_only_drops_superseded_measurements(tmp_path):
+    """``latest_only``: of one config measured more than once on one target, only the latest
+    measurement is written (whatever its time); other configs, other targets and other
+    workloads keep every record; the source log is left as it was."""
+    cuda = '{"kind": "cuda", "arch": "sm_90"}'
+    other = Workload.create("batch_matmul", (2, 64, 32, 16))
+
+    def at(line, stamp):
+        obj = json.loads(line)
+        obj["result"][3] = stamp
+        return json.dumps(obj)
+
+    log = tmp_path / "log.json"
+    lines = [at(_line(1e-3, 0), 10.0), at(_line(2e-3, 1), 11.0),
+             at(_line(3e-3, 0), 12.0),  # config 0 again, later and slower: it stands
+             at(_line(5e-4, 0, target=cuda), 9.0),  # another target: kept
+             at(_line(4e-3, 0, wl=other), 8.0), at(_line(6e-3, 0, wl=other), 13.0)]
+    record.append(log, lines)
+    out = tmp_path / "compact.json"
+    assert record.merge([log], out, latest_only=True) == 4
+    kept = [(r.workload.key() == WL.key(), r.target == cuda, r.config.index, r.result.mean)
+            for r in record.load(out)]
+    assert kept == [(True, False, 1, 2e-3), (True, False, 0, 3e-3), (True, True, 0, 5e-4),
+                    (False, False, 0, 6e-3)]
+    assert len(record.load(log)) == 6
+    # what a build applies is the same from either log
+    for path in (log, out):
+        recs = record.load(path)
+        assert record.best_for(recs, WL, {"kind": "llvm", "mcpu": "znver5"}).result.mean == 2e-3
+
+
 def test_gpu_model_records_preferred(tmp_path):
     """Records of the target's own GPU model win over faster ones of another model; without a
     model of its own (or none of it in the log), the fastest that applies wins. Distilling
