@@ -228,7 +228,19 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                     elif kt + 1 < KT:
                         fragments(As, fa, SA, 0, nxt, 0, ty * 4, HM, 2)
                         fragments(Bs, fb, SB, 0, nxt, 0, tx * 4, HN, SN)
-                for i in T.unroll(8):
+                if serpentine == 2:  # EXPERIMENT: column-major, odd columns bottom to top
+                    for jc in T.unroll(TN):
+                        for ii in T.unroll(8):
+                            ic = T.meta_var(ii + (jc % 2) * (7 - 2 * ii))
+                            acc[ic, jc] = acc[ic, jc] + fa[k % 2, ic] * fb[k % 2, jc]
+                if serpentine == 3:  # EXPERIMENT: row pairs, a B register used twice in a row
+                    for ip in T.unroll(4):
+                        for jq in T.unroll(TN):
+                            for hh in T.unroll(2):
+                                jp = T.meta_var(jq + (ip % 2) * (TN - 1 - 2 * jq))
+                                acc[2 * ip + hh, jp] = acc[2 * ip + hh, jp] + \
+                                    fa[k % 2, 2 * ip + hh] * fb[k % 2, jp]
+                for i in T.unroll(8 * (serpentine < 2)):
                     for jj in T.unroll(TN):
                         # serpentine: odd rows right to left (the last B register reused)
                         j = T.meta_var(jj + serpentine * (i % 2) * (TN - 1 - 2 * jj))
