@@ -29,7 +29,8 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
 - **The FMAs** of a k step: the outer product of the 8 A and ``thread_n`` B fragments, row
   by row; ``serpentine`` = 1 runs odd rows right to left (CUTLASS's order: the B register of
   one row's last FMA is the next row's first, from the operand reuse cache), which cut the
-  dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS).
+  dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS);
+  column by column and two rows at a time were slower (commit 8ebd700, docs/BENCHMARKS.md).
 - ``spread``: ptxas issues a k step's six ``LDS.128`` back to back ahead of its FMAs (the
   SASS of ``bench.one --sass-out``), and ncu counts 10x cuBLAS's "wait" stalls at 8192^3. With
   ``spread`` = 2 the words are loaded two at a time, each pair after a row of FMAs and a
@@ -228,19 +229,7 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                     elif kt + 1 < KT:
                         fragments(As, fa, SA, 0, nxt, 0, ty * 4, HM, 2)
                         fragments(Bs, fb, SB, 0, nxt, 0, tx * 4, HN, SN)
-                if serpentine == 2:  # EXPERIMENT: column-major, odd columns bottom to top
-                    for jc in T.unroll(TN):
-                        for ii in T.unroll(8):
-                            ic = T.meta_var(ii + (jc % 2) * (7 - 2 * ii))
-                            acc[ic, jc] = acc[ic, jc] + fa[k % 2, ic] * fb[k % 2, jc]
-                if serpentine == 3:  # EXPERIMENT: row pairs, a B register used twice in a row
-                    for ip in T.unroll(4):
-                        for jq in T.unroll(TN):
-                            for hh in T.unroll(2):
-                                jp = T.meta_var(jq + (ip % 2) * (TN - 1 - 2 * jq))
-                                acc[2 * ip + hh, jp] = acc[2 * ip + hh, jp] + \
-                                    fa[k % 2, 2 * ip + hh] * fb[k % 2, jp]
-                for i in T.unroll(8 * (serpentine < 2)):
+                for i in T.unroll(8):
                     for jj in T.unroll(TN):
                         # serpentine: odd rows right to left (the last B register reused)
                         j = T.meta_var(jj + serpentine * (i % 2) * (TN - 1 - 2 * jj))
