@@ -348,12 +348,12 @@ def merge(paths: Sequence[Union[str, os.PathLike]], out: Union[str, os.PathLike]
     """Append the records of ``paths`` (or only the best per workload and target) to ``out``;
     returns how many were written. ``out`` is appended to, never rewritten. ``latest_only``:
     without the measurements that a later one of the same config supersedes
-    (``superseded_dropped``: no build applies them), e.g. to compact a shipped log after a
+    (``latest_measurements``: no build applies them), e.g. to compact a shipped log after a
     ``rerank`` into a new file."""
     records = [r for p in paths for r in load(p)]
     check_appendable(out)
     if latest_only:
-        records = superseded_dropped(records)
+        records = latest_measurements(records)
     if best_only:
         records = list(best_per_target(records).values())
     # Each record keeps the TVM version that wrote it: a knob's meaning depends on it.
@@ -413,31 +413,21 @@ def config_identity(task_name: str, values: Dict[str, object]) -> tuple:
 
 def latest_measurements(records: Sequence[Record]) -> List[Record]:
     """``records`` less those superseded: where one config of one template was measured more
-    than once on one target, only its latest measurement (by timestamp; on a tie, the later
-    line) stands. Its earlier times measured the template's code of then, on that machine's
-    state of then (a GPU's clock moves between a cool and a hot card), and a config
-    compared with the others by its fastest stale time wins on luck. Re-measuring the
-    contenders of a workload together (``python -m tvm_ext.rerank``) re-ranks them
-    (docs/BENCHMARKS.md)."""
+    than once for one workload on one target, only its latest measurement (by timestamp; on a
+    tie, the later line) stands (the same config of another workload is another kernel). Its
+    earlier times measured the template's code of then, on that machine's state of then (a
+    GPU's clock moves between a cool and a hot card), and a config compared with the others by
+    its fastest stale time wins on luck. Re-measuring the contenders of a workload together
+    (``python -m tvm_ext.rerank``) re-ranks them (docs/BENCHMARKS.md)."""
     latest = {}
     for r in records:
         # a knob added to a template after the record was written: its space-file default
         # is what the record measured (the new knob's default keeps the old kernel)
         values = {**_plain_defaults(r.task_name), **r.config.values_dict()}
-        key = (_canonical_target(r.target),) + config_identity(r.task_name, values)
+        key = (_canonical_target(r.target), r.key()) + config_identity(r.task_name, values)
         if key not in latest or r.result.timestamp >= latest[key].result.timestamp:
             latest[key] = r
     kept = {id(r) for r in latest.values()}
-    return [r for r in records if id(r) in kept]
-
-
-def superseded_dropped(records: Sequence[Record]) -> List[Record]:
-    """``records`` (in their order) less the measurements that ``latest_measurements``
-    supersedes, workload by workload (its identity of a config names no workload)."""
-    by_workload: Dict[tuple, List[Record]] = {}
-    for r in records:
-        by_workload.setdefault(r.key(), []).append(r)
-    kept = {id(r) for group in by_workload.values() for r in latest_measurements(group)}
     return [r for r in records if id(r) in kept]
 
 

@@ -211,6 +211,20 @@ def test_a_config_measured_again_keeps_only_its_latest_time(tmp_path):
     assert [r.result.mean for r in record.best_per_target(twice).values()] == [1.3e-3]
 
 
+def test_the_same_config_of_another_workload_supersedes_nothing(tmp_path):
+    """A config measured later for another workload is another kernel: it does not hide the
+    first workload's record from a log's best per workload (``tune --best``,
+    ``merge_logs(best_only=True)``), which agrees with what a build applies."""
+    other = Workload.create("batch_matmul", (2, 64, 32, 16))
+    log = tmp_path / "two.json"
+    record.append(log, [_line(1e-3, 0), _line(2e-3, 1), _line(3e-3, 0, wl=other)])
+    recs = record.load(log)
+    best = {k[1:]: r for k, r in record.best_per_target(recs).items()}
+    assert {k: r.result.mean for k, r in best.items()} == {WL.key(): 1e-3, other.key(): 3e-3}
+    assert best[WL.key()] is record.best_for(recs, WL, json.loads(LLVM))
+    assert record.pick_best(recs)[WL.key()].result.mean == 1e-3
+
+
 def test_tvm019_autotvm_log_loads():
     recs = record.load(os.path.join(DATA, "autotvm_v019_x86.json"))
     assert [r.task_name for r in recs] == ["batch_matmul.x86", "batch_matmul.x86",
