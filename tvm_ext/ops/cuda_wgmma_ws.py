@@ -419,6 +419,14 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                 release(T.address_of(bars[S + tirx.truncmod(g, S)]), peer, lane)
 
     @T.macro
+    def mainloop(g0, n, acc, da, db, bars, peer, lane, r0):
+        """A consumer's run of ``n`` K steps of one tile from step ``g0`` of the block's
+        running count, then its drain."""
+        for kt in T.serial(n):
+            consume(g0 + kt, kt, acc, da, db, bars, peer, lane, r0)
+        drain(g0 + n - 1, bars, peer, lane)
+
+    @T.macro
     def write_back(t, acc, cst, C, C_map, bars, lane, cw, r0, crank):
         """Tile t's accumulators through the epilogue to C (pingpong: after handing the
         mainloop's turn to the other consumer)."""
@@ -579,9 +587,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                     k1 = T.meta_var(T.min(s1, t * KT + KT) - t * KT)
                     for j in T.unroll(n_acc):
                         acc[j] = T.float32(0)
-                    for kt in T.serial(k1 - k0):
-                        consume(t * KT + k0 + kt - s0, kt, acc, da, db, bars, peer, lane, r0)
-                    drain(t * KT + k1 - 1 - s0, bars, peer, lane)
+                    mainloop(t * KT + k0 - s0, k1 - k0, acc, da, db, bars, peer, lane, r0)
                     if k0 > 0:
                         hand_over(bx, acc, part, flag, lane, cw)
                     else:
@@ -592,10 +598,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                 for i in T.serial(dp_iters):
                     for j in T.unroll(n_acc):
                         acc[j] = T.float32(0)
-                    for kt in T.serial(KT):
-                        consume(s1 - s0 + i * KT + kt, kt, acc, da, db, bars, peer, lane,
-                                r0)
-                    drain(s1 - s0 + i * KT + KT - 1, bars, peer, lane)
+                    mainloop(s1 - s0 + i * KT, KT, acc, da, db, bars, peer, lane, r0)
                     write_back(sk_tiles + bx + i * grid, acc, cst, C, C_map, bars, lane, cw, r0,
                                crank)
             else:
@@ -609,9 +612,7 @@ def wgmma_ws_gemm(wl, *, consumers: int, block_n: int, block_k: int, stages: int
                             # so a full barrier's parity names this tile's fill, not an older
                             T.cuda.mbarrier_wait(T.address_of(bars[2 * S + cw]),
                                                  tirx.truncmod(i // consumers, 2) ^ (cw == 0))
-                        for kt in T.serial(KT):
-                            consume(i * KT + kt, kt, acc, da, db, bars, peer, lane, r0)
-                        drain(i * KT + KT - 1, bars, peer, lane)
+                        mainloop(i * KT, KT, acc, da, db, bars, peer, lane, r0)
                         write_back(t, acc, cst, C, C_map, bars, lane, cw, r0, crank)
             if st:
                 if lane == 0:
