@@ -91,6 +91,47 @@ def test_features_and_json_roundtrip():
     assert back == cfg and cs.index_of(back) == cfg.index
 
 
+def test_extra_inner_sizes_follow_the_policys_splits():
+    plain = [e.size for e in SplitSpace("t", 64, num_outputs=3, policy="verbose",
+                                        max_factor=16).entities]
+    more = SplitSpace("t", 64, num_outputs=3, policy="verbose", extra_inner=[6, 4, 99],
+                      max_factor=16)
+    sizes = [e.size for e in more.entities]
+    assert sizes[:len(plain)] == plain  # every split of the policy keeps its place
+    extra = sizes[len(plain):]
+    # 6 (no divisor of 64) innermost, the policy's factors outside it, a tail allowed
+    # (verbose); 4 is a factor already, 99 over max_factor and the length
+    assert extra and all(s[-1] == 6 and s[1] * 6 <= 64 for s in extra)
+    assert [-1, 8, 6] in extra and [-1, 16, 6] not in extra
+    # a policy without tails takes no size that does not divide the length
+    assert len(SplitSpace("t", 64, policy="factors", extra_inner=[6])) == \
+        len(SplitSpace("t", 64, policy="factors"))
+    # in a space file: an expression over facts (the register tile's rows of an AVX2 target)
+    knob = {"name": "y", "kind": "split", "axis": "M", "policy": "verbose",
+            "extra_inner": "[(vector_registers - 3) // 2]"}
+    space = build_space({"knobs": [knob]}, {"M": 1024}, {"vector_registers": 16})
+    assert [-1, 6] in [e.size for e in space.knobs["y"].entities]
+    with pytest.raises(SpaceError, match="extra_inner must be a list of integers"):
+        build_space({"knobs": [{**knob, "extra_inner": "vector_registers"}]}, {"M": 8},
+                    {"vector_registers": 16})
+
+
+def test_x86_spaces_offer_register_tiles_sized_from_the_registers():
+    """6 rows of two AVX2 vectors (BLIS's 6 x 16; 12 accumulators, two B vectors and a
+    broadcast in 16 registers) are in the space of a power-of-two M, on both templates."""
+    facts = {"vector_lanes": 8, "vector_registers": 16, "num_cores": 2, "dtype_bytes": 4,
+             "l3_bytes": 32 << 20, "epilogue": "", "dtype": "float32", "out_dtype": "float32",
+             "symbolic": 0, "followed": 0}
+    for template, axes in (("batch_matmul.x86", {"B": 2, "M": 1024, "N": 256, "K": 64}),
+                           ("dense_pack.x86", {"B": 1, "M": 1024, "N": 256, "K": 64})):
+        space = build_space(load_space_spec(template), axes, facts)
+        tiles = {(space.get(i)["tile_y"].size[-1], space.get(i)["tile_x"].size[-1],
+                  space.get(i)["tile_inner"].size[-1]) for i in space.valid_indices()}
+        assert (6, 16, 6) in tiles, template
+        assert (14, 8, 14) in tiles and (7, 16, 7) not in tiles  # 14 x 1 vector; 7 not offered
+        assert all(y * (x // 8) + x // 8 + 1 <= 16 for y, x, _ in tiles)  # no spills
+
+
 def test_shipped_space_files_build():
     spec = load_space_spec("batch_matmul.x86")
     facts = {"vector_lanes": 16, "vector_registers": 32, "num_cores": 2, "dtype_bytes": 4,

@@ -218,6 +218,42 @@ def test_a_register_tile_of_1024_bytes_stays_in_registers(layout):
                                    *tolerance(wl), err_msg=str(cfg))
 
 
+def _host_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and flag in line.split() for line in f)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _host_has("avx2"), reason="runs AVX2 code")
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+def test_six_rows_of_two_avx2_vectors_pad_m_and_answer_right(layout):
+    """The AVX2 register tile of BLIS (6 x 16: 12 accumulators, two B vectors and a broadcast
+    in 16 registers; ``extra_inner`` of the x86 spaces) on a power-of-two M, which 6 does not
+    divide (padded up to the tile inside the kernel), on both templates: the FMAs accumulate
+    in 12 vector registers and the answer is numpy's."""
+    rng = np.random.default_rng(3)
+    for op, shape in (("dense", (64, 48, 40)), ("batch_matmul", (2, 32, 32, 24))):
+        wl = Workload.create(op, shape, layout=layout)
+        task = Task(wl, AVX2)
+        values = {**task.fallback_config().values_dict(), "tile_x": [-1, 16], "tile_k": [-1, 4],
+                  "tile_inner": [-1, 6]}
+        values["tile_y"] = [-1, 2, 6] if op == "dense" else [-1, 6]
+        values["tile_x"] = [-1, 1, 16] if op == "dense" else [-1, 16]
+        cfg = task.space.config_from_values(values)
+        assert cfg.index is not None and not task.space.violations(cfg), cfg
+        lib = task.build(cfg)
+        asm = lib.mod.inspect_source("asm")
+        accumulators = {line.split(",")[-1].strip() for line in asm.splitlines()
+                        if "vfmadd231ps" in line and "%ymm" in line}
+        assert len(accumulators) >= 12, (op, layout, sorted(accumulators))
+        a, b = random_inputs(wl, rng)
+        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+        np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
+                                   *tolerance(wl), err_msg=str(cfg))
+
+
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_xc_walks_several_column_panels_in_one_task(layout):
     """batch_matmul.x86's ``xc``: each parallel task computes ``xc`` column panels of its rows

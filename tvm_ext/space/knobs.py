@@ -191,12 +191,15 @@ class KnobSpace:
 
 class SplitSpace(KnobSpace):
     """All ways to split an axis of ``length`` into ``num_outputs`` factors (AutoTVM policies:
-    factors, power2, verbose, candidate)."""
+    factors, power2, verbose, candidate). ``extra_inner``: sizes the innermost output may also
+    take beside the policy's (a register tile's rows sized from the vector registers: 6 rows
+    of two AVX2 vectors, which divide no power of two); their splits follow the policy's,
+    so every split the policy alone gives keeps its place."""
 
     kind = "sp"
 
     def __init__(self, name, length, *, num_outputs=2, policy="factors", max_factor=None,
-                 filter=None, no_tail=None, candidate=None):
+                 filter=None, no_tail=None, candidate=None, extra_inner=()):
         length = int(length)
         if length < 1:
             raise SpaceError(f"split '{name}': axis length must be >= 1, got {length}")
@@ -225,15 +228,19 @@ class SplitSpace(KnobSpace):
             _check_count(name, len(factors) ** (num_outputs - 1),
                          f"{len(factors)} factors of {length} in {num_outputs} outputs")
             no_tail = (policy == "factors") if no_tail is None else bool(no_tail)
-            # Same DFS as AutoTVM: the first chosen factor is the innermost size.
-            for combo in itertools.product(factors, repeat=num_outputs - 1):
+            # Same DFS as AutoTVM: the first chosen factor (a combo's first) is the innermost.
+            sizes = [factors] * (num_outputs - 1)
+            extra = sorted({int(e) for e in extra_inner if 0 < int(e) <= max_factor}
+                           - set(factors))
+            for lists in [sizes] + ([[extra] + sizes[1:]] if extra and sizes else []):
                 # itertools.product varies the last position fastest; AutoTVM's DFS varies the
                 # deepest (last chosen) fastest as well, and writes [-1] + reversed(stack).
-                prod = int(np.prod(combo)) if combo else 1
-                if prod > length:
-                    continue
-                if length % prod == 0 or (not no_tail and prod < length):
-                    entities.append(SplitEntity([-1] + list(combo[::-1])))
+                for combo in itertools.product(*lists):
+                    prod = int(np.prod(combo)) if combo else 1
+                    if prod > length:
+                        continue
+                    if length % prod == 0 or (not no_tail and prod < length):
+                        entities.append(SplitEntity([-1] + list(combo[::-1])))
         if filter is not None:
             kept = [e for e in entities if filter(e)]
             if entities and not kept:

@@ -157,10 +157,16 @@ def _define_knob(space: ConfigSpace, k: Mapping[str, Any], names: Mapping[str, A
         max_factor = k.get("max_factor")
         if isinstance(max_factor, str):
             max_factor = eval_expr(max_factor, names)
+        extra = k.get("extra_inner", [])
+        if isinstance(extra, str):  # an expression over facts, e.g. the vector registers
+            extra = eval_expr(extra, names)
+        if not (isinstance(extra, (list, tuple)) and all(isinstance(e, int) for e in extra)):
+            raise SpaceError(f"split '{name}': extra_inner must be a list of integers, "
+                             f"got {extra!r}")
         space.define_split(name, axes[axis], k.get("policy", "factors"),
                            num_outputs=k.get("num_outputs", 2), max_factor=max_factor,
                            filter=k.get("filter"), no_tail=k.get("no_tail"),
-                           candidate=k.get("candidate"))
+                           candidate=k.get("candidate"), extra_inner=extra)
     elif kind == "knob":
         cands = k.get("candidates")
         if not isinstance(cands, list):
