@@ -15,6 +15,22 @@ def test_peak_refuses_nonsense(capsys):
     assert "--steps and --repeat must be >= 1" in capsys.readouterr().err
 
 
+def test_peak_builds_for_another_llvm_target_and_refuses_a_gpu_one(capsys):
+    """``--target``: the peak kernel of that target's vectors (AVX2 code: 8 lanes, 8 chains in
+    16 registers), whatever the host's are; a CUDA target is refused before anything runs."""
+    import pytest
+    import tvm
+    with open("/proc/cpuinfo") as f:
+        if not any(line.startswith("flags") and "avx2" in line.split() for line in f):
+            pytest.skip("runs AVX2 code")
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    r = peak.measure(steps=20_000, repeat=2, target=avx2)
+    assert (r["lanes"], r["chains"]) == (8, 8) and r["gflops"] > 0
+    with pytest.raises(SystemExit):
+        peak.main(["--target", '{"kind": "cuda", "arch": "sm_90"}'])
+    assert "the peak and its rows build for llvm" in capsys.readouterr().err
+
+
 def test_prepacked_rows_time_both_kernels_after_checking_them():
     from tvm_ext.workload import Workload
     wl = Workload.create("dense", (64, 128, 64), layout="NT")

@@ -14,7 +14,11 @@ output of 64-deep sums is). ``--gemv``: the matrix-vector row against the time t
 reading its weight takes (``read_kernel``), sampled in turn with numpy's and ours: a row that
 reads each weight element once for one FMA is bound by the memory, not by the FMAs.
 
-    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv]
+    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--target T]
+
+``--target``: an llvm target to build every kernel for instead of the host's (AVX2 code on an
+AVX-512 host: ``'{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}'``), its peak kernel of that
+target's vectors and registers, as the CPU bench's ``--target``.
 """
 from __future__ import annotations
 
@@ -24,8 +28,9 @@ import sys
 import time
 
 
-def peak_kernel(threads: int, lanes: int, chains: int, steps: int):
-    """(function, flops per call): threads x chains x lanes accumulators, ``steps`` FMAs each."""
+def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target=None):
+    """(function, flops per call): threads x chains x lanes accumulators, ``steps`` FMAs each,
+    built for ``target`` (default: the host's)."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
@@ -47,7 +52,7 @@ def peak_kernel(threads: int, lanes: int, chains: int, steps: int):
     sch.vectorize(v)
     sch.vectorize(sch.get_loops(acc)[-1])
     sch.decompose_reduction(block, kk)
-    func = compile_module(sch.mod, host_cpu_target())["main"]
+    func = compile_module(sch.mod, target or host_cpu_target())["main"]
     return func, 2.0 * threads * chains * lanes * steps
 
 
@@ -61,20 +66,22 @@ def _timed(call, repeat: int):
     return samples
 
 
-def measure(steps: int = 200_000, repeat: int = 7) -> dict:
-    """The best of ``repeat`` calls (each about steps x 12 FMAs per thread) in GFLOP/s."""
+def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
+    """The best of ``repeat`` calls (each about steps x 12 FMAs per thread) in GFLOP/s, of the
+    vectors and registers of ``target`` (default: the host's)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
     from ..codegen import use_host_cores  # noqa: PLC0415
     from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
     threads = use_host_cores()
-    facts = hardware_facts(host_cpu_target())
+    target = target or host_cpu_target()
+    facts = hardware_facts(target)
     lanes, regs = facts["vector_lanes"], facts["vector_registers"]
     # Half the vector registers as accumulators (12 of 32 on AVX-512 and 8 of 16 on AVX2 leave
     # the invariant vectors room): at least 8 chains, 2 FMA units x 4 cycles of latency.
     chains = 12 if regs >= 32 else 8
-    func, flops = peak_kernel(threads, lanes, chains, steps)
+    func, flops = peak_kernel(threads, lanes, chains, steps, target)
     x = tvm.runtime.tensor(np.full((threads, chains, lanes), 1.0, "float32"))
     y = tvm.runtime.tensor(np.full((steps,), 1e-6, "float32"))
     out = tvm.runtime.empty((threads, chains, lanes), "float32", tvm.cpu())
@@ -99,12 +106,25 @@ def main(argv=None) -> int:
     p.add_argument("--gemv", action="store_true",
                    help="also time the CPU bench's gemv row, numpy's, and reading the weight "
                    "alone, in turn")
+    p.add_argument("--target", help="build for this llvm target instead of the host's, e.g. "
+                   "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\", \"num-cores\": 2}' (AVX2 "
+                   "code on an AVX-512 host)")
     args = p.parse_args(argv)
     if args.steps < 1 or args.repeat < 1:
         p.error("--steps and --repeat must be >= 1")
-    r = measure(args.steps, args.repeat)
+    target = None
+    if args.target:
+        from ..target import parse_target, target_info  # noqa: PLC0415
+        try:
+            target = parse_target(args.target)
+        except Exception as err:  # noqa: BLE001  (the parser's own message, on one line)
+            p.error(f"--target {args.target}: {err}")
+        if target_info(target)["kind"] != "llvm":
+            p.error(f"--target {args.target}: the peak and its rows build for llvm")
+    r = measure(args.steps, args.repeat, target)
     print(f"FMA peak: {r['gflops']:.1f} GFLOP/s (median {r['gflops_median']:.1f}) on "
-          f"{r['threads']} threads, {r['lanes']}-lane f32 vectors, {r['chains']} chains a thread")
+          f"{r['threads']} threads, {r['lanes']}-lane f32 vectors, {r['chains']} chains a thread"
+          + (f" (llvm {target.attrs.get('mcpu', '')})" if target is not None else ""))
     if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
         from ..space import data_dir  # noqa: PLC0415
         from ..workload import DTYPE_BYTES  # noqa: PLC0415
@@ -112,24 +132,25 @@ def main(argv=None) -> int:
         large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
         # the chain's two GEMMs also as rows of their own (the chain row adds its exp kernel)
         large.update({"gemm1": CPU_SUITE["chain_mm1"], "gemm2": CPU_SUITE["chain_mm2"]})
-        rows = run_cpu(large, log=str(data_dir("logs") / "llvm_x86.json"), repeat=5)
+        rows = run_cpu(large, log=str(data_dir("logs") / "llvm_x86.json"), repeat=5,
+                       target=target)
         # The peak again after the rows: a core busy elsewhere during one measurement shows
         # as half the peak; the larger of the two is the host's.
-        peak = max(r["gflops"], measure(args.steps, args.repeat)["gflops"])
+        peak = max(r["gflops"], measure(args.steps, args.repeat, target)["gflops"])
         print(f"FMA peak (the larger of the runs before and after the rows): {peak:.1f} GFLOP/s")
         for row in rows:
             gflops = row.flop / (row.ours_ms * 1e-3) / 1e9
             print(f"{row.name[:44]:<46} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of "
                   f"the peak ({row.tuned})")
         for name, ms in prepacked_rows(CPU_SUITE["dense"], str(data_dir("logs") /
-                                                               "llvm_x86.json")):
+                                                               "llvm_x86.json"), target=target):
             gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
             print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of the peak")
         # The stores' floor: a row whose output alone takes longer to write than its FMAs at
         # the peak cannot reach the peak, however its stores and FMAs overlap.
         for key in ("bmm", "dense", "chain_mm1", "chain_mm2"):
             wl = CPU_SUITE[key]
-            ms = store_floor(wl)
+            ms = store_floor(wl, target=target)
             fma_ms = wl.flop / (peak * 1e9) * 1e3
             mb = wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] / 1e6
             print(f"{key}: writing its {mb:.1f} MB output takes "
@@ -139,7 +160,8 @@ def main(argv=None) -> int:
         from ..space import data_dir  # noqa: PLC0415
         from .cpu import CPU_SUITE  # noqa: PLC0415
         wl = CPU_SUITE["gemv"]
-        rows = gemv_rows(wl, str(data_dir("logs") / "llvm_x86.json"), repeat=max(15, args.repeat))
+        rows = gemv_rows(wl, str(data_dir("logs") / "llvm_x86.json"),
+                         repeat=max(15, args.repeat), target=target)
         floor = rows["reading the weight alone"]
         mb = wl.N * wl.K * 4 / 1e6
         print(f"gemv {wl.M}x{wl.N}x{wl.K}: its {mb:.1f} MB weight read once, sampled in turn "
@@ -151,7 +173,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def store_floor(wl, repeat: int = 7) -> float:
+def store_floor(wl, repeat: int = 7, target=None) -> float:
     """Median ms of a TVM kernel that only writes ``wl``'s output (a constant), on the same
     threads as our kernels, in the order our GEMMs write it (rows in parallel, 16-byte or
     wider vector stores along N): no GEMM of ``wl`` on this host can take less."""
@@ -162,7 +184,7 @@ def store_floor(wl, repeat: int = 7) -> float:
     from ..codegen import compile_module, use_host_cores  # noqa: PLC0415
     from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
     use_host_cores()
-    target = host_cpu_target()
+    target = target or host_cpu_target()
     lanes = hardware_facts(target)["vector_lanes"]
     shape = wl.out_shape
     C = te.compute(shape, lambda *i: tvm.tirx.const(1.0, wl.out_dtype), name="C")
@@ -183,7 +205,7 @@ def store_floor(wl, repeat: int = 7) -> float:
     return float(np.median(samples)) * 1e3
 
 
-def read_kernel(wl, lanes: int):
+def read_kernel(wl, lanes: int, target=None):
     """A TVM kernel that only reads ``wl``'s weight ([N, K], NT) and sums each row (four
     independent vector sums a row, rows in parallel): the least time any kernel that reads each
     weight element once can take on this host."""
@@ -209,10 +231,10 @@ def read_kernel(wl, lanes: int):
     sch.vectorize(ki)
     sch.decompose_reduction(rf, ko)
     sch.reverse_compute_at(block, ni)  # the row's sum right after its partial sums
-    return compile_module(sch.mod, host_cpu_target())["main"]
+    return compile_module(sch.mod, target or host_cpu_target())["main"]
 
 
-def gemv_rows(wl, log, repeat: int = 15) -> dict:
+def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
     """{label: (median ms, best ms)} of numpy's ``a @ w.T``, our kernel of ``wl`` under ``log``
     and ``read_kernel`` (the floor), sampled in turn as the CPU bench samples (``cpu._in_turn``:
     each sample after idle time)."""
@@ -225,11 +247,11 @@ def gemv_rows(wl, log, repeat: int = 15) -> dict:
     from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
     from .cpu import _in_turn  # noqa: PLC0415
     use_host_cores()
-    target = host_cpu_target()
+    target = target or host_cpu_target()
     a, w = random_inputs(wl, np.random.default_rng(0))
     with apply_history_best([log] if log else []):
         kernel = build(wl, target)
-    floor = read_kernel(wl, hardware_facts(target)["vector_lanes"])
+    floor = read_kernel(wl, hardware_facts(target)["vector_lanes"], target)
     W = tvm.runtime.tensor(w)
     sums = tvm.runtime.empty((wl.N,), "float32", tvm.cpu())
     floor(W, sums)
@@ -244,7 +266,7 @@ def gemv_rows(wl, log, repeat: int = 15) -> dict:
     return {k: (float(np.median(v)) * 1e3, min(v) * 1e3) for k, v in samples.items()}
 
 
-def prepacked_rows(wl, log, repeat: int = 7):
+def prepacked_rows(wl, log, repeat: int = 7, target=None):
     """[(label, median ms)] of ``wl``'s kernel under ``log`` with its weight packed at every
     call and packed once ahead (``prepacked_kernel``: a constant weight of a Relax model),
     sampled in turn as the CPU bench samples (``cpu._in_turn``); [] where the config has no
@@ -258,7 +280,7 @@ def prepacked_rows(wl, log, repeat: int = 7):
     from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from .cpu import _in_turn  # noqa: PLC0415
-    target = host_cpu_target()
+    target = target or host_cpu_target()
     with apply_history_best([log] if log else []):
         task, choice = choose(wl, target)
     if not prepackable(task.name, wl, choice.config):
