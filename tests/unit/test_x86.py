@@ -364,6 +364,26 @@ def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, layout, tile_
                                err_msg=str(cfg))
 
 
+def test_the_fallback_pads_m_to_the_full_register_tile_where_that_adds_little():
+    """AVX2's register tile is 6 rows of two vectors: on M = 1024 (1026 rows, 0.2% more) the
+    fallback takes 6 rather than the 4 that divide M, where C fits in the last-level cache (a
+    C that outgrows it keeps whole tiles for its non-temporal stores); on M = 128 (132 rows,
+    3% more) it keeps 4; AVX-512's 8 rows divide both."""
+    cases = ((AVX2, (1024, 3072, 1024), 6), (AVX2, (128, 3072, 768), 4),
+             (AVX512, (1024, 3072, 1024), 8))
+    for target, shape, rows in cases:
+        task = Task(Workload.create("dense", shape, layout="NN"), target)
+        c_bytes = shape[0] * shape[1] * 4
+        want = 4 if rows == 6 and c_bytes > task.facts["l3_bytes"] else rows
+        cfg = task.fallback_config()
+        assert cfg["tile_y"].size[-1] == cfg["tile_inner"].size[-1] == want, (shape, cfg)
+        assert not task.space.violations(cfg), cfg
+    bmm = Task(Workload.create("batch_matmul", (24, 2048, 512, 64), layout="NT"), AVX2)
+    if 24 * 2048 * 512 * 4 > bmm.facts["l3_bytes"]:  # 100 MB of C: whole tiles, nt_store
+        cfg = bmm.fallback_config()
+        assert cfg["tile_y"].size[-1] == 4 and cfg.value("nt_store", 0) == 1, cfg
+
+
 def test_the_fallback_walks_panels_in_runs_where_c_streams_to_memory():
     """batch_matmul.x86's fallback takes ``xc`` panels a task (runs of 256 bytes of C per row)
     where C is larger than the cores' L2 and the tasks stay many, one panel where C fits."""

@@ -520,9 +520,15 @@ def _in_place(sch, c, tile_bytes: int) -> bool:
     return tile_bytes >= MAX_STACK_ALLOCA and not sch.get_consumers(c)
 
 
+#: The most padding of M (a share of it, 1 / PAD_SHARE) for which the fallback takes the
+#: full register tile's rows rather than fewer that divide M (``fallback_tiles``).
+PAD_SHARE = 64
+
+
 def fallback_tiles(wl, facts):
     """A good untuned tiling from the vector width and register count (no shape constants):
-    xi = two vectors, yi as many rows as leave registers for the B vectors and a broadcast,
+    xi = two vectors, yi as many rows as leave registers for the B vectors and a broadcast
+    (padding M up to them where fewer divide it and the padding is small),
     ki = 4 (enough unrolled work to hide FMA latency), enough parallel tasks for every core.
     An axis without such a divisor (a prime, 509 columns) is padded up to the tile rather
     than served by one-element tiles (0.04x numpy measured on 257x509x131); a prime K is
@@ -536,6 +542,14 @@ def fallback_tiles(wl, facts):
     rows = max(1, min(8, (regs - vecs - 2) // vecs))
     yi = largest_factor(wl.M, rows)
     if 2 * yi <= rows and wl.M > rows:  # few rows divide M: pad it to the register tile
+        yi = rows
+    elif (yi < rows and -(-wl.M // rows) * rows - wl.M <= wl.M // PAD_SHARE
+          and wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] <= facts.get("l3_bytes", 0)):
+        # the full register tile where it pads M by little: 6 rows of two AVX2 vectors (12
+        # accumulators) on M = 1024 (1026 rows) ran 7% faster than the 4 that divide it
+        # (dense 1024x3072x1024 NN on a 2-core Zen 4, AVX2 code; docs/BENCHMARKS.md). Not
+        # where C outgrows the last-level cache: its non-temporal stores need whole tiles
+        # (bmm 24x2048x512x64 NT: 4 rows and nt_store 6% faster than 6 rows without)
         yi = rows
     ki = largest_factor(wl.K, 4)  # a prime K: see _padded_k
     col_tiles = -(-wl.N // xi)
