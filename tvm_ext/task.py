@@ -62,9 +62,10 @@ class Task:
                 raise TemplateError(f"template {template} does not apply to {workload}: {why}")
         self.space_file = space_file
         self.spec = load_space_spec(self.template.name, space_file)
-        # ``tune --set``: knobs kept to some of their values (a split: its innermost factors),
-        # the rest of the space as is
-        self.narrow = {k: [int(v) for v in vs] for k, vs in (narrow or {}).items()}
+        # ``tune --set``: knobs kept to some of their values (a split: its innermost factors,
+        # or whole splits as lists of sizes), the rest of the space as is
+        self.narrow = {k: [[int(x) for x in v] if isinstance(v, (list, tuple)) else int(v)
+                           for v in vs] for k, vs in (narrow or {}).items()}
         if self.narrow:
             self.spec = narrow_spec(self.spec, self.narrow)
 

@@ -75,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--space", help="tuning-space JSON file replacing the shipped one")
     p.add_argument("--set", nargs="*", default=[], metavar="KNOB=V1,V2",
                    help="tune only these values of the template's knobs (a split: its "
-                        "innermost factor), the rest of the space (its rules too) as shipped "
-                        "or as --space has it, e.g. --set slice_k=4 stages=2,3 or tile_x=32")
+                        "innermost factor, or its whole sizes as -1/128/6), the rest of the "
+                        "space (its rules too) as shipped or as --space has it, e.g. --set "
+                        "slice_k=4 stages=2,3 or tile_x=32 or tile_y=-1/128/6")
     p.add_argument("--number", type=int, default=3, help="runs per timing repeat")
     p.add_argument("--timing", default="auto", choices=("auto", "graph", "evaluator"),
                    help="graph: CUDA-graph replays through torch (kernel time without launch "

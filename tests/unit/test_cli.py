@@ -68,6 +68,8 @@ BAD = [
     (["--target", "llvm", "--op", "batch_matmul", "--set", "yt=3"],
      "3 is not a value of knob 'yt'"),
     (["--target", "llvm", "--set", "yt"], "expected KNOB=V1,V2"),
+    (["--target", "llvm", "--op", "batch_matmul", "--set", "yt=-1/2"],
+     "[-1, 2] is not a value of knob 'yt'"),
     (["--target", "llvm", "--op", "dense", "--shape", "1x256x256", "--set", "yt=1"],
      "give --template"),
 ]
@@ -107,6 +109,22 @@ def test_set_tunes_only_the_values_given(tmp_path):
     for rec in recs:
         entity = {k: v for k, _, v in rec["config"]["entity"]}
         assert entity["yt"] == 2 and entity["unroll_k"] == 0 and entity["tile_x"][-1] == 16, \
+            entity
+
+
+def test_set_takes_a_splits_whole_sizes(tmp_path):
+    """``--set tile_y=-1/4/4``: a split kept to those sizes (the outermost, -1, what is left of
+    the axis), beside innermost factors of another knob; only such configs are measured."""
+    base = ["--op", "dense", "--target", "llvm", "--shape", "32x64x32", "--layout", "NT",
+            "--template", "dense_pack.x86", "--number", "1", "--repeat", "1"]
+    r = cli(*base, "--trials", "3", "--tuner", "grid", "--set", "tile_y=-1/4/4,-1/2/8",
+            "tile_x=16", "--log", "w.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    recs = _records(tmp_path / "w.json")
+    assert len(recs) == 3 and all(rec["result"][1] == 0 for rec in recs)
+    for rec in recs:
+        entity = {k: v for k, _, v in rec["config"]["entity"]}
+        assert entity["tile_y"] in ([-1, 4, 4], [-1, 2, 8]) and entity["tile_x"][-1] == 16, \
             entity
 
 

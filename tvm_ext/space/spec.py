@@ -50,17 +50,20 @@ def load_space_spec(template: str, path: Optional[str] = None) -> Dict[str, Any]
 
 
 def knob_values(items: Sequence[str]) -> Dict[str, list]:
-    """{knob: [int values]} of command-line items KNOB=V1,V2 (``tune --set``, ``bench --sweep
-    --set``); a SpaceError (one line) names a malformed item."""
+    """{knob: [values]} of command-line items KNOB=V1,V2 (``tune --set``, ``bench --sweep
+    --set``): integers, or a split's whole sizes joined by "/" (``tile_y=-1/128/6``, a list);
+    a SpaceError (one line) names a malformed item."""
     grid: Dict[str, list] = {}
     for item in items:
         knob, sep, values = item.partition("=")
         try:
-            grid[knob] = [int(v) for v in values.split(",")]
+            grid[knob] = [[int(x) for x in v.split("/")] if "/" in v else int(v)
+                          for v in values.split(",")]
         except ValueError:
             sep = ""
         if not sep or not knob:
-            raise SpaceError(f"--set {item!r}: expected KNOB=V1,V2 with integer values")
+            raise SpaceError(f"--set {item!r}: expected KNOB=V1,V2 with integer values (a "
+                             "split's whole sizes as -1/128/6)")
     return grid
 
 
@@ -81,16 +84,21 @@ def narrow_spec(spec: Mapping[str, Any], values: Mapping[str, Sequence[int]]) ->
                              f"(knobs: {', '.join(str(n) for n in knobs)})")
         knob = by_name[name]
         if knob.get("kind") == "split":  # the innermost factor (the register tile, the vector)
-            if not vals:
+            if not vals:  # or the whole split (a list of its sizes)
                 raise SpaceError(f"--set: no value for split {name!r}")
-            keep = f"size[-1] in {sorted(set(vals))}"
-            knob["filter"] = f"({knob['filter']}) and {keep}" if knob.get("filter") else keep
+            inner = sorted({v for v in vals if isinstance(v, int)})
+            whole = [v for v in vals if isinstance(v, list)]
+            # a whole split by its sizes inside the outermost (-1: what is left of the axis)
+            keep = " or ".join(([f"size[-1] in {inner}"] if inner else []) + [
+                "(" + " and ".join([f"len(size) == {len(w)}"] + [
+                    f"size[{i}] == {x}" for i, x in enumerate(w) if i]) + ")" for w in whole])
+            knob["filter"] = f"({knob['filter']}) and ({keep})" if knob.get("filter") else keep
             continue
         if knob.get("kind") != "knob":
             raise SpaceError(f"--set: {name!r} is a {knob.get('kind')} knob, not a list of "
                              "values (narrow it with a --space file)")
         cands = knob.get("candidates", [])
-        bad = [v for v in vals if v not in cands]
+        bad = [v for v in vals if v not in cands or isinstance(v, list)]
         if bad or not vals:
             raise SpaceError(f"--set: {bad[0] if bad else 'nothing'} is not a value of knob "
                              f"{name!r} (values: {cands})")
