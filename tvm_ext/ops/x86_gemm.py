@@ -546,10 +546,10 @@ def fallback_tiles(wl, facts):
     elif (yi < rows and -(-wl.M // rows) * rows - wl.M <= wl.M // PAD_SHARE
           and wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] <= facts.get("l3_bytes", 0)):
         # the full register tile where it pads M by little: 6 rows of two AVX2 vectors (12
-        # accumulators) on M = 1024 (1026 rows) ran 7% faster than the 4 that divide it
-        # (dense 1024x3072x1024 NN on a 2-core Zen 4, AVX2 code; docs/BENCHMARKS.md). Not
-        # where C outgrows the last-level cache: its non-temporal stores need whole tiles
-        # (bmm 24x2048x512x64 NT: 4 rows and nt_store 6% faster than 6 rows without)
+        # accumulators) on M = 1024 (1026 rows) ran 6% and 11% faster than the 4 that divide
+        # it (dense 1024x1024x2048 and 1024x3072x1024 NN, 2-core Zen 4, AVX2 code, in turn;
+        # docs/BENCHMARKS.md). Not where C outgrows the last-level cache: its non-temporal
+        # stores need whole tiles (bmm 24x2048x512x64 NT: 4 rows and nt_store 8% faster)
         yi = rows
     ki = largest_factor(wl.K, 4)  # a prime K: see _padded_k
     col_tiles = -(-wl.N // xi)
