@@ -580,7 +580,8 @@ def plot_curves(groups: Sequence[WorkloadLog], path, *, title: str = "", plt=Non
     fig.suptitle(f"tuning curves of {title}" if title else "tuning curves")
     fig.tight_layout(rect=(0, legend_h / fig.get_figheight(), 1, 1))
     fig.legend(loc="lower center", ncol=ncol, fontsize=7, frameon=False)
-    fig.savefig(path, dpi=100)
+    from .bench.plot import save_png  # noqa: PLC0415
+    save_png(fig, path, dpi=100)
     plt.close(fig)
 
 

@@ -84,6 +84,9 @@ def test_ratio_plot_from_rows(tmp_path):
     png = tmp_path / "rows.png"
     assert main(["--replot", str(src), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image  # a matplotlib requirement
+    with Image.open(png) as im:  # a palette of at most 256 colours (save_png), all drawn
+        assert im.mode == "P" and 3 < len(im.convert("RGB").getcolors(256)) <= 256
 
 
 def test_family_bench_tied_family_and_resume(tmp_path, capsys):

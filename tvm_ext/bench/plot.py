@@ -20,6 +20,22 @@ def _pyplot():
     return plt
 
 
+def save_png(fig, path: str, dpi: int) -> None:
+    """``fig`` as a PNG of at most 256 colours (a chart's few colours and their antialiasing
+    edges; a third of the bytes of matplotlib's RGBA file, for the charts the repository
+    ships), or as matplotlib writes it where Pillow, a matplotlib requirement, is missing."""
+    import io  # noqa: PLC0415
+    try:
+        from PIL import Image  # noqa: PLC0415
+    except ImportError:
+        fig.savefig(path, dpi=dpi)
+        return
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format="png")
+    buf.seek(0)
+    Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
+
+
 def plot_tuners(curves, *, optimum: float, path: str, workload):
     """Best GFLOP/s so far against trials (log scale), mean and min-max band over the seeds of
     each tuner, with the space optimum as a dashed line."""
@@ -40,7 +56,7 @@ def plot_tuners(curves, *, optimum: float, path: str, workload):
     ax.set_title(f"tuners on {workload} (mean, min-max of seeds)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     print(f"plot: {path}")
 
 
@@ -74,5 +90,5 @@ def plot_ratios(rows: List[dict], path: str, *, title: str, ref_name: str):
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_png(fig, path, dpi=100)
     print(f"plot: {path}")
