@@ -16,6 +16,7 @@ from tvm_ext.workload import Workload
 from tvm_ext.measure.check import random_inputs, reference_matmul, tolerance
 from tvm_ext.ops.common import matmul_compute
 from tvm_ext.ops.x86_gemm import divides
+from cpu_helpers import host_runs_avx2
 
 CASES = [("batch_matmul", (2, 48, 64, 40)), ("dense", (24, 96, 56))]
 # CPU targets by their vector facts, whatever this host is (nothing built for them is run unless
@@ -218,15 +219,7 @@ def test_a_register_tile_of_1024_bytes_stays_in_registers(layout):
                                    *tolerance(wl), err_msg=str(cfg))
 
 
-def _host_has(flag: str) -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and flag in line.split() for line in f)
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _host_has("avx2"), reason="runs AVX2 code")
+@pytest.mark.skipif(not host_runs_avx2(), reason="runs AVX2 code")
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_six_rows_of_two_avx2_vectors_pad_m_and_answer_right(layout):
     """The AVX2 register tile of BLIS (6 x 16: 12 accumulators, two B vectors and a broadcast
