@@ -535,6 +535,23 @@ def tune_summary(log, workload: Workload, target, *, rounds: int = ROUNDS) -> Li
 
 # ---- plot ----
 
+def save_png(fig, path: str, dpi: int) -> None:
+    """``fig`` as a PNG of at most 256 colours (a chart's few colours and their antialiasing
+    edges; a third of the bytes of matplotlib's RGBA file, for the charts the repository
+    ships: the report's and the bench's), or as matplotlib writes it where Pillow, a
+    matplotlib requirement, is missing."""
+    import io  # noqa: PLC0415
+    try:
+        from PIL import Image  # noqa: PLC0415
+    except ImportError:
+        fig.savefig(path, dpi=dpi)
+        return
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format="png")
+    buf.seek(0)
+    Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
+
+
 def _pyplot():
     """matplotlib.pyplot on the file-only Agg backend; TvmExtError (exit 2) when matplotlib is
     missing, raised before anything is measured."""
@@ -580,7 +597,6 @@ def plot_curves(groups: Sequence[WorkloadLog], path, *, title: str = "", plt=Non
     fig.suptitle(f"tuning curves of {title}" if title else "tuning curves")
     fig.tight_layout(rect=(0, legend_h / fig.get_figheight(), 1, 1))
     fig.legend(loc="lower center", ncol=ncol, fontsize=7, frameon=False)
-    from .bench.plot import save_png  # noqa: PLC0415
     save_png(fig, path, dpi=100)
     plt.close(fig)
 

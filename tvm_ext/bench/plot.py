@@ -6,6 +6,8 @@ from typing import List
 
 import numpy as np
 
+from ..report import save_png
+
 
 def _pyplot():
     """matplotlib.pyplot on the file-only Agg backend (the bench runs headless), or None with a
@@ -18,22 +20,6 @@ def _pyplot():
         print("matplotlib is not installed (pip install 'tvm_ext[plot]'): no plot written")
         return None
     return plt
-
-
-def save_png(fig, path: str, dpi: int) -> None:
-    """``fig`` as a PNG of at most 256 colours (a chart's few colours and their antialiasing
-    edges; a third of the bytes of matplotlib's RGBA file, for the charts the repository
-    ships), or as matplotlib writes it where Pillow, a matplotlib requirement, is missing."""
-    import io  # noqa: PLC0415
-    try:
-        from PIL import Image  # noqa: PLC0415
-    except ImportError:
-        fig.savefig(path, dpi=dpi)
-        return
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=dpi, format="png")
-    buf.seek(0)
-    Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
 def plot_tuners(curves, *, optimum: float, path: str, workload):
