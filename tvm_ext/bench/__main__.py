@@ -44,7 +44,7 @@ from dataclasses import asdict
 from ..errors import TvmExtError
 from ..space import data_dir
 from ..space import knob_values as _knob_grid
-from .common import blas_info, print_table
+from .common import blas_info, llvm_target, print_table
 from .cpu import CPU_QUICK, CPU_SUITE
 from .gpu import GPU_SUITE
 
@@ -149,8 +149,7 @@ def main(argv=None) -> int:
         if args.suite not in ("cpu", "gpu", "tuning-cost"):
             raise TvmExtError(f"unknown suite '{args.suite}' "
                               "(known: cpu, gpu, tuners, tuning-cost)")
-        from ..target import default_target, describe, host_cpu_target  # noqa: PLC0415
-        from ..target import parse_target, target_info  # noqa: PLC0415
+        from ..target import default_target, describe  # noqa: PLC0415
         if args.suite == "tuning-cost":
             return _tuning_cost(args)
         if args.suite == "gpu":
@@ -160,9 +159,7 @@ def main(argv=None) -> int:
         else:
             suite = CPU_QUICK if args.quick else CPU_SUITE
             log = args.log or str(data_dir("logs") / "llvm_x86.json")
-            target = parse_target(args.target) if args.target else host_cpu_target()
-            if target_info(target)["kind"] != "llvm":
-                raise TvmExtError(f"--target {args.target}: the cpu suite builds for llvm")
+            target = llvm_target(args.target, "the cpu suite builds")
         if args.tune:
             tune_suite(suite, target, log=log, trials=args.tune, tuner=args.tuner)
         if args.suite == "gpu" and args.sweep:

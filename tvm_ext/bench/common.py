@@ -97,6 +97,19 @@ def print_table(rows: List[Row], *, ref_name: str):
                   f"{r.ours_ms:.4f} ms ({r.ours_ms / r.recorded_ms:.2f})")
 
 
+def llvm_target(spec: Optional[str], what: str):
+    """The llvm target of a CPU bench's ``--target`` (the host's where ``spec`` is empty); a
+    one-line TvmExtError for any other kind (``what``: "the cpu suite builds")."""
+    from ..errors import TvmExtError  # noqa: PLC0415
+    from ..target import host_cpu_target, parse_target, target_info  # noqa: PLC0415
+    if not spec:
+        return host_cpu_target()
+    target = parse_target(spec)
+    if target_info(target)["kind"] != "llvm":
+        raise TvmExtError(f"--target {spec}: {what} for llvm")
+    return target
+
+
 def check_grid(task, grid) -> None:
     """A one-line TvmExtError unless every knob of ``grid`` ({knob: [values]}) is one of
     ``task``'s and every value one of its candidates (``narrow_spec``'s checks, as ``tune

@@ -114,13 +114,12 @@ def main(argv=None) -> int:
         p.error("--steps and --repeat must be >= 1")
     target = None
     if args.target:
-        from ..target import parse_target, target_info  # noqa: PLC0415
+        from ..errors import TvmExtError  # noqa: PLC0415
+        from .common import llvm_target  # noqa: PLC0415
         try:
-            target = parse_target(args.target)
-        except Exception as err:  # noqa: BLE001  (the parser's own message, on one line)
-            p.error(f"--target {args.target}: {err}")
-        if target_info(target)["kind"] != "llvm":
-            p.error(f"--target {args.target}: the peak and its rows build for llvm")
+            target = llvm_target(args.target, "the peak and its rows build")
+        except TvmExtError as err:
+            p.error(str(err))
     r = measure(args.steps, args.repeat, target)
     print(f"FMA peak: {r['gflops']:.1f} GFLOP/s (median {r['gflops_median']:.1f}) on "
           f"{r['threads']} threads, {r['lanes']}-lane f32 vectors, {r['chains']} chains a thread"
