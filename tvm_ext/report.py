@@ -552,7 +552,7 @@ def save_png(fig, path: str, dpi: int) -> None:
     Image.open(buf).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot on the file-only Agg backend; TvmExtError (exit 2) when matplotlib is
     missing, raised before anything is measured."""
     try:
@@ -570,7 +570,7 @@ def plot_curves(groups: Sequence[WorkloadLog], path, *, title: str = "", plt=Non
     seconds since its tuning started (right). The legend goes under the panels (a log of
     thirty workloads would cover them), the GFLOP/s axis is logarithmic where the workloads'
     speeds span more than 20x (a GEMV beside an 8192^3 GEMM)."""
-    plt = plt or _pyplot()
+    plt = plt or pyplot()
     ncol = 1 if len(groups) <= 4 else 2
     legend_h = 0.2 * math.ceil(len(groups) / ncol) + 0.3  # inches
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2 + legend_h))
@@ -628,7 +628,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.rounds < 1:
         raise TvmExtError(f"--rounds must be at least 1, got {args.rounds}")
-    plt = _pyplot() if args.plot else None  # a missing extra: one line before any work
+    plt = pyplot() if args.plot else None  # a missing extra: one line before any work
     groups = report(args.log, target=args.target, measure_here=not args.no_measure,
                     rounds=args.rounds)
     if args.plot:

@@ -89,6 +89,19 @@ def test_ratio_plot_from_rows(tmp_path):
         assert im.mode == "P" and 3 < len(im.convert("RGB").getcolors(256)) <= 256
 
 
+def test_plot_without_matplotlib_is_a_line_not_an_error(tmp_path, monkeypatch, capsys):
+    """The bench draws its chart after the measurements: without matplotlib it says so in the
+    report's words and still succeeds (the rows printed are not lost)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+    src = tmp_path / "rows.json"
+    src.write_text(json.dumps([{"name": "w dense 8x8x8 float32 NT [tuned]", "ratio": 1.5}]))
+    png = tmp_path / "rows.png"
+    assert main(["--replot", str(src), "--plot", str(png)]) == 0
+    assert "--plot needs matplotlib, which is not installed (pip install 'tvm_ext[plot]'): " \
+        "no plot written" in capsys.readouterr().out
+    assert not png.exists()
+
+
 def test_family_bench_tied_family_and_resume(tmp_path, capsys):
     """bench.family on a tied family (seq x seq) runs end to end; --resume keeps the tuned
     library, the per-shape logs and their tuning seconds (a run cut off by the device's time

@@ -6,20 +6,18 @@ from typing import List
 
 import numpy as np
 
-from ..report import save_png
+from ..errors import TvmExtError
+from ..report import pyplot, save_png
 
 
 def _pyplot():
-    """matplotlib.pyplot on the file-only Agg backend (the bench runs headless), or None with a
-    message: a missing plotting extra must not cost the measurements already printed."""
+    """``report.pyplot``, or None with its message: a missing plotting extra must not cost the
+    measurements already printed (the bench draws its chart after them)."""
     try:
-        import matplotlib  # noqa: PLC0415
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
-    except ImportError:
-        print("matplotlib is not installed (pip install 'tvm_ext[plot]'): no plot written")
+        return pyplot()
+    except TvmExtError as err:
+        print(f"{err}: no plot written")
         return None
-    return plt
 
 
 def plot_tuners(curves, *, optimum: float, path: str, workload):
