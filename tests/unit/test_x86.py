@@ -377,6 +377,24 @@ def test_the_fallback_pads_m_to_the_full_register_tile_where_that_adds_little():
         assert cfg["tile_y"].size[-1] == 4 and cfg.value("nt_store", 0) == 1, cfg
 
 
+def test_the_fallback_keeps_whole_tiles_only_for_non_temporal_stores(small_l3):
+    """Whether the fallback keeps register tiles that divide M rather than the full one is the
+    space's nt_store rule, not a threshold of its own: with C larger than the last-level cache
+    (1 KB here), M = 1024 on AVX2 takes 4 rows and nt_store where the space allows it, and
+    the full 6 rows where it does not (an epilogue after the matmul: C not written as the tile
+    holds it; 6 padded rows ran 2% faster than 4 without non-temporal stores)."""
+    for op, shape, layout in (("dense", (1024, 256, 64), "NN"),
+                              ("batch_matmul", (2, 1024, 256, 64), "NT")):
+        plain = Task(Workload.create(op, shape, layout=layout), AVX2)
+        fused = Task(Workload.create(op, shape, layout=layout, epilogue="relu"), AVX2)
+        streamed, padded = plain.fallback_config(), fused.fallback_config()
+        assert streamed["tile_y"].size[-1] == 4 and streamed.value("nt_store", 0) == 1, streamed
+        assert padded["tile_y"].size[-1] == padded["tile_inner"].size[-1] == 6, padded
+        assert padded.value("nt_store", 0) == 0, padded
+        for task, cfg in ((plain, streamed), (fused, padded)):
+            assert not task.space.violations(cfg), cfg
+
+
 def test_the_fallback_walks_panels_in_runs_where_c_streams_to_memory():
     """batch_matmul.x86's fallback takes ``xc`` panels a task (runs of 256 bytes of C per row)
     where C is larger than the cores' L2 and the tasks stay many, one panel where C fits."""

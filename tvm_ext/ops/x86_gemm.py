@@ -525,10 +525,11 @@ def _in_place(sch, c, tile_bytes: int) -> bool:
 PAD_SHARE = 64
 
 
-def fallback_tiles(wl, facts):
+def fallback_tiles(wl, facts, pad_m: bool = True):
     """A good untuned tiling from the vector width and register count (no shape constants):
     xi = two vectors, yi as many rows as leave registers for the B vectors and a broadcast
-    (padding M up to them where fewer divide it and the padding is small),
+    (padding M up to them where fewer divide it and, with ``pad_m``, where the padding is
+    small: the template's fallback weighs that against whole tiles, ``_fallback``),
     ki = 4 (enough unrolled work to hide FMA latency), enough parallel tasks for every core.
     An axis without such a divisor (a prime, 509 columns) is padded up to the tile rather
     than served by one-element tiles (0.04x numpy measured on 257x509x131); a prime K is
@@ -543,13 +544,11 @@ def fallback_tiles(wl, facts):
     yi = largest_factor(wl.M, rows)
     if 2 * yi <= rows and wl.M > rows:  # few rows divide M: pad it to the register tile
         yi = rows
-    elif (yi < rows and -(-wl.M // rows) * rows - wl.M <= wl.M // PAD_SHARE
-          and wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] <= facts.get("l3_bytes", 0)):
+    elif pad_m and yi < rows and -(-wl.M // rows) * rows - wl.M <= wl.M // PAD_SHARE:
         # the full register tile where it pads M by little: 6 rows of two AVX2 vectors (12
         # accumulators) on M = 1024 (1026 rows) ran 6% and 11% faster than the 4 that divide
         # it (dense 1024x1024x2048 and 1024x3072x1024 NN, 2-core Zen 4, AVX2 code, in turn;
-        # docs/BENCHMARKS.md). Not where C outgrows the last-level cache: its non-temporal
-        # stores need whole tiles (bmm 24x2048x512x64 NT: 4 rows and nt_store 8% faster)
+        # docs/BENCHMARKS.md)
         yi = rows
     ki = largest_factor(wl.K, 4)  # a prime K: see _padded_k
     col_tiles = -(-wl.N // xi)
@@ -608,12 +607,19 @@ def _padded_k(space, values):
     return _if_allowed(space, values, {"tile_k": [-1, 4]})
 
 
-def _fallback(space, values):
-    """A fallback's ``values``, K padded (``_padded_k``) and C written by non-temporal stores
-    wherever the space's rule allows it (C larger than the last-level cache, which it goes out
-    to whatever the kernel does; whole vector rows of an unpadded C; nothing after the
-    matmul), else by ordinary ones."""
-    return _if_allowed(space, _padded_k(space, {**values, "nt_store": 0}), {"nt_store": 1})
+def _fallback(space, padded, whole):
+    """A fallback's values, K padded (``_padded_k``): ``whole`` (its register tile's rows
+    divide M) with C written by non-temporal stores wherever the space's rule allows that (C
+    larger than the last-level cache, which it goes out to whatever the kernel does; whole
+    vector rows of an unpadded C; nothing after the matmul), else ``padded`` (the full
+    register tile where it pads M by little, ``fallback_tiles``) with ordinary stores. On bmm
+    24x2048x512x64 NT (100 MB of C; AVX2 code, 2-core Zen 4) 4 rows with non-temporal stores
+    ran 8% faster than 6 padded rows, and 6 padded rows 2% faster than 4 without them
+    (docs/BENCHMARKS.md)."""
+    streamed = _if_allowed(space, _padded_k(space, {**whole, "nt_store": 0}), {"nt_store": 1})
+    if streamed["nt_store"]:
+        return streamed
+    return _padded_k(space, {**padded, "nt_store": 0})
 
 
 #: Bytes of C a row tile writes in one run (``xc`` panels of xi) where C goes out to memory:
@@ -625,7 +631,11 @@ C_RUN_BYTES = 256
 
 
 def _bmm_fallback(space, wl, facts):
-    t = fallback_tiles(wl, facts)
+    return _fallback(space, *(_bmm_values(wl, facts, fallback_tiles(wl, facts, pad_m))
+                              for pad_m in (True, False)))
+
+
+def _bmm_values(wl, facts, t):
     # Column panels per task: runs of C of C_RUN_BYTES where C is larger than the L2 of all
     # the cores, the panels split evenly and enough parallel tasks are left.
     panels, xc = -(-wl.N // t["xi"]), 1
@@ -634,9 +644,8 @@ def _bmm_fallback(space, wl, facts):
     while (streamed and xc * t["xi"] * nbytes < C_RUN_BYTES and panels % (2 * xc) == 0
            and wl.batch * panels // (2 * xc) * t["yt"] >= 2 * facts["num_cores"]):
         xc *= 2
-    return _fallback(space, {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]],
-                             "tile_k": [-1, t["ki"]], "yt": t["yt"],
-                             "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc})
+    return {"tile_y": [-1, t["yi"]], "tile_x": [-1, t["xi"]], "tile_k": [-1, t["ki"]],
+            "yt": t["yt"], "tile_inner": [-1, t["yi"]], "unroll_k": 1, "xc": xc}
 
 
 BATCH_MATMUL_X86 = ScheduleTemplate(
@@ -657,14 +666,18 @@ def _dense_schedule(sch, cfg, wl, facts):
 
 
 def _dense_fallback(space, wl, facts):
-    t = fallback_tiles(wl, facts)
+    return _fallback(space, *(_dense_values(wl, fallback_tiles(wl, facts, pad_m))
+                              for pad_m in (True, False)))
+
+
+def _dense_values(wl, t):
     yo = -(-wl.M // t["yi"]) // t["yt"]
     if wl.M % t["yi"]:  # a padded M: a power of two of row tiles per task, within M (one
         yo = 1 << (yo.bit_length() - 1)  # of the space's values; the last task takes the rest)
         while yo > 1 and yo * t["yi"] > wl.M:
             yo //= 2
-    return _fallback(space, {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]],
-                             "tile_k": [-1, t["ki"]], "tile_inner": [-1, t["yi"]]})
+    return {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]], "tile_k": [-1, t["ki"]],
+            "tile_inner": [-1, t["yi"]]}
 
 
 DENSE_PACK_X86 = ScheduleTemplate(
