@@ -114,6 +114,11 @@ def test_extra_inner_sizes_follow_the_policys_splits():
     with pytest.raises(SpaceError, match="extra_inner must be a list of integers"):
         build_space({"knobs": [{**knob, "extra_inner": "vector_registers"}]}, {"M": 8},
                     {"vector_registers": 16})
+    # never dropped in silence: a candidate list is the whole set, one output has no inner
+    for bad in ({"policy": "candidate", "candidate": [[-1, 8]]}, {"num_outputs": 1}):
+        with pytest.raises(SpaceError, match="split 'y': extra_inner needs a policy that makes "
+                                             "the splits and 2 or more outputs"):
+            build_space({"knobs": [{**knob, **bad}]}, {"M": 1024}, {"vector_registers": 16})
 
 
 def test_x86_spaces_offer_register_tiles_sized_from_the_registers():

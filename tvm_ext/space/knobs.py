@@ -206,6 +206,12 @@ class SplitSpace(KnobSpace):
         if num_outputs < 1:
             raise SpaceError(f"split '{name}': num_outputs must be >= 1")
         self.length, self.num_outputs, self.policy = length, int(num_outputs), policy
+        if extra_inner and (policy == "candidate" or num_outputs < 2):
+            # never dropped in silence: a candidate list is the whole set of splits, and one
+            # output has no innermost factor of its own
+            raise SpaceError(f"split '{name}': extra_inner needs a policy that makes the "
+                             f"splits and 2 or more outputs (got policy '{policy}', "
+                             f"{num_outputs} output{'s' if num_outputs != 1 else ''})")
         max_factor = int(max_factor) if max_factor else 1 << 31
         entities = []
         if policy == "candidate":
