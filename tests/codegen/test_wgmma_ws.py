@@ -200,6 +200,34 @@ def test_stream_k_space_rules():
     assert not small.space.is_valid(small.config_with({**coop, "stream_k": 2}))
 
 
+def test_stream_k_space_rule_is_the_kernels_plan():
+    """The space files state stream-K's shared tiles as a "let" term (``sk_tiles``) and refuse
+    a config without a plan; the kernel splits by ``stream_k_plan``. Both templates' terms and
+    rule agree with it over tile counts, K steps, SM counts and waves: a valid config always
+    has a plan, with the term's shared tiles."""
+    from tvm_ext.ops.cuda_wgmma_ws import stream_k_plan
+    from tvm_ext.space.expr import eval_expr
+    from tvm_ext.space.spec import load_space_spec
+    for template in ("dense_wgmma_ws.cuda", "batch_matmul_wgmma_ws.cuda"):
+        spec = load_space_spec(template)
+        term = spec["let"]["sk_tiles"]
+        rule = next(c["expr"] for c in spec["constraints"] if "sk_tiles" in c["expr"])
+        checked = 0
+        for sms in (78, 114, 132):
+            for tiles in (*range(1, 3 * sms + 5, 7), 2 * sms, 3 * sms, 2048):
+                for k_steps, stream_k in ((1, 1), (8, 1), (128, 1), (8, 2), (128, 3)):
+                    names = {"tiles": tiles, "num_sms": sms, "stream_k": stream_k,
+                             "K": 64 * k_steps, "block_k": 64}
+                    names["sk_tiles"] = eval_expr(term, names)
+                    plan = stream_k_plan(tiles, k_steps, sms, stream_k)
+                    if eval_expr(rule, names):
+                        assert plan is not None and plan[0] == names["sk_tiles"], names
+                        checked += 1
+                    elif stream_k <= 1 + tiles // sms:  # only the plan's own conditions left
+                        assert plan is None, names
+        assert checked > 50, template
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("op, shape, layout, knobs", [
     ("dense", (8192, 8192, 8192), "NT", dict(consumers=2, block_n=256, stages=3,
