@@ -25,7 +25,7 @@ from . import record as rec
 from .codegen import use_host_cores
 from .errors import SpaceError, TvmExtError
 from .space import ConfigEntity
-from .target import describe, parse_target
+from .target import describe, parse_target, target_machine
 from .task import Task
 from .strategy import all_templates, templates_for
 from .workload import Workload
@@ -51,6 +51,9 @@ class Choice:
     translated: str = ""
     # For a subgraph task: the record is its anchor matmul's (measured without the epilogue).
     anchor: bool = False
+    # The machine the record's time was measured on, where it is not the target's own (no
+    # record of this machine applied): its time in the log is that machine's.
+    measured_on: str = ""
 
     @property
     def how(self) -> str:
@@ -60,6 +63,8 @@ class Choice:
         if self.anchor:
             how = f"tuned on the anchor matmul ({self.record_cost * 1e3:.4f} ms in log, " \
                   "without the epilogue)"
+        if self.measured_on:
+            how += f", measured on another machine: {self.measured_on}"
         if self.translated:
             how += f", translated from {self.translated}"
         if self.completed:
@@ -267,8 +272,10 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
         except NotApplied as why:
             ctx.report.skipped.append(f"{label}{why}")
             continue
+        machine, mine = target_machine(best.target), target_machine(target)
         found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
-                              fit.completed, meaning.reason if meaning.values else "", anchor))
+                              fit.completed, meaning.reason if meaning.values else "", anchor,
+                              machine if machine and mine and machine != mine else ""))
         if not fit.completed:
             task, choice = found
             break

@@ -116,6 +116,31 @@ def test_apply_history_best_uses_tuned_config_and_reports(tmp_path):
     np.testing.assert_allclose(k1.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
 
 
+def test_a_record_of_another_machine_is_reported_as_such(tmp_path):
+    """Where no record of the target's own machine applies, another machine's does, and the
+    report says whose time its "ms in log" is (a faster host's time is no promise here); a
+    record of the target's own machine (its CPU and thread count) says nothing of it."""
+    wl = Workload.create("dense", (16, 64, 32))
+    log = tmp_path / "log.json"
+    other = {"kind": "llvm", "mcpu": "emeraldrapids", "num-cores": 2}
+    task = Task(wl, other)
+    res = MeasureResult([1e-5], MeasureErrorNo.NO_ERROR, 0.1)
+    record.append(log, [record.encode(task.target_str, task.name, wl, task.fallback_config(),
+                                      res)])
+    for target, says in ((AVX512, "measured on another machine: emeraldrapids x2"),
+                         (other, None)):
+        with tvm_ext.apply_history_best(str(log)) as ctx:
+            _, choice = tvm_ext.dispatch.choose(wl, target)
+        assert choice.tuned, target
+        line = str(ctx.report)
+        if says:
+            assert f"dense_pack.x86 tuned (0.0100 ms in log), {says}" in line, line
+        else:
+            assert "another machine" not in line, line
+    listing = "\n".join(tvm_ext.dispatch.applied_table(record.load(log), AVX512))
+    assert "(measured on another machine: emeraldrapids x2)" in listing, listing
+
+
 def test_old_autotvm_log_applies_by_its_meaning():
     """TVM 0.19 records (skylake-avx512) apply by what their knobs meant then. dense_pack.x86's
     meant what ours do: applied (built for an AVX-512 CPU target, so that its 8x32 register
