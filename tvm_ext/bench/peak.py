@@ -28,14 +28,13 @@ import sys
 import time
 
 
-def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target=None):
+def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target):
     """(function, flops per call): threads x chains x lanes accumulators, ``steps`` FMAs each,
-    built for ``target`` (default: the host's)."""
+    built for ``target`` (``measure`` resolves it)."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
     from ..codegen import compile_module  # noqa: PLC0415
-    from ..target import host_cpu_target  # noqa: PLC0415
     X = te.placeholder((threads, chains, lanes), "float32", name="X")
     Y = te.placeholder((steps,), "float32", name="Y")
     k = te.reduce_axis((0, steps), name="k")
@@ -52,7 +51,7 @@ def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target=None):
     sch.vectorize(v)
     sch.vectorize(sch.get_loops(acc)[-1])
     sch.decompose_reduction(block, kk)
-    func = compile_module(sch.mod, target or host_cpu_target())["main"]
+    func = compile_module(sch.mod, target)["main"]
     return func, 2.0 * threads * chains * lanes * steps
 
 
@@ -204,15 +203,15 @@ def store_floor(wl, repeat: int = 7, target=None) -> float:
     return float(np.median(samples)) * 1e3
 
 
-def read_kernel(wl, lanes: int, target=None):
+def read_kernel(wl, lanes: int, target):
     """A TVM kernel that only reads ``wl``'s weight ([N, K], NT) and sums each row (four
     independent vector sums a row, rows in parallel): the least time any kernel that reads each
-    weight element once can take on this host."""
+    weight element once can take on this host; built for ``target`` (``gemv_rows`` resolves
+    it)."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
     from ..codegen import compile_module  # noqa: PLC0415
-    from ..target import host_cpu_target  # noqa: PLC0415
     W = te.placeholder((wl.N, wl.K), "float32", name="W")
     k = te.reduce_axis((0, wl.K), name="k")
     R = te.compute((wl.N,), lambda n: te.sum(W[n, k], axis=k), name="R")
@@ -230,7 +229,7 @@ def read_kernel(wl, lanes: int, target=None):
     sch.vectorize(ki)
     sch.decompose_reduction(rf, ko)
     sch.reverse_compute_at(block, ni)  # the row's sum right after its partial sums
-    return compile_module(sch.mod, target or host_cpu_target())["main"]
+    return compile_module(sch.mod, target)["main"]
 
 
 def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
