@@ -8,7 +8,6 @@ import pytest
 
 from cuda_helpers import pool_failures, valid_cases
 from tvm_ext.target import cuda_target
-from tvm_ext.task import Task
 from tvm_ext.workload import FP8, Workload
 
 
@@ -36,23 +35,15 @@ def test_wgmma_ws_numerics_on_gpu():
                     raster=2)
     one = dict(consumers=1, pingpong=0, block_n=256, block_k=128, stages=2, wgmma_wait=0,
                raster=1)
-    cases = []
-    for i, (op, shape, layout, dtype, out, epilogue) in enumerate((
-            ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
-            ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
-            ("dense", (1024, 1024, 512), "TN", "float16", "float32", ""),
-            ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
-            ("dense", (1024, 768, 256), "NT", "float16", "float32", "bias+gelu+cast:float16"))):
-        task = Task(Workload.create(op, shape, dtype, out, layout=layout, epilogue=epilogue),
-                    target, template=f"{op}_wgmma_ws.cuda")
-        configs = [task.fallback_config()] + [task.config_with({**k, "staged_store": st})
-                                              for k in (coop, pingpong, one) for st in (0, 1)]
-        assert all(task.space.is_valid(c) for c in configs), \
-            [task.space.violations(c) for c in configs]
-        cases.append((task, configs))
-    n, failures = pool_failures(cases)
-    assert n == 35
-    assert not failures, "\n".join(failures)
+    # every config valid for every workload: 5 x 7 measured
+    _check_numerics(target, lambda task: [task.fallback_config()] + [
+        task.config_with({**k, "staged_store": st}) for k in (coop, pingpong, one)
+        for st in (0, 1)], 7, 35, (
+        ("batch_matmul", (4, 1024, 1024, 128), "NT", "float16", "float16", ""),
+        ("dense", (1024, 2048, 384), "NN", "bfloat16", "float32", ""),
+        ("dense", (1024, 1024, 512), "TN", "float16", "float32", ""),
+        ("batch_matmul", (3, 1024, 512, 256), "TT", "bfloat16", "bfloat16", ""),
+        ("dense", (1024, 768, 256), "NT", "float16", "float32", "bias+gelu+cast:float16")))
 
 
 @pytest.mark.gpu
@@ -70,18 +61,13 @@ def test_wgmma_ws_fp8_numerics_on_gpu():
                   raster=2, staged_store=0),
              dict(consumers=1, pingpong=0, block_n=128, block_k=128, stages=6, wgmma_wait=1,
                   raster=1, staged_store=1)]
-    workloads = [Workload.create(op, shape, dtype, out, layout="NT", epilogue=epilogue)
-                 for op, shape, dtype, out, epilogue in (
-                     ("dense", (1024, 1024, 1024), "float8_e4m3fn", "float16", ""),
-                     ("dense", (1024, 768, 512), "float8_e5m2", "float32", ""),
-                     ("batch_matmul", (3, 512, 1024, 384), "float8_e4m3fn", "bfloat16", ""),
-                     ("dense", (1024, 1024, 256), "float8_e4m3fn", "float32",
-                      "scale:0.25+cast:float16"))]
-    cases = valid_cases(target, "wgmma_ws.cuda", workloads, lambda task: [
-        task.fallback_config()] + [task.config_with(k) for k in knobs], 3)
-    n, failures = pool_failures(cases)
-    assert n >= 12
-    assert not failures, "\n".join(failures)
+    _check_numerics(target, lambda task: [task.fallback_config()] + [
+        task.config_with(k) for k in knobs], 3, 12, (
+        ("dense", (1024, 1024, 1024), "NT", "float8_e4m3fn", "float16", ""),
+        ("dense", (1024, 768, 512), "NT", "float8_e5m2", "float32", ""),
+        ("batch_matmul", (3, 512, 1024, 384), "NT", "float8_e4m3fn", "bfloat16", ""),
+        ("dense", (1024, 1024, 256), "NT", "float8_e4m3fn", "float32",
+         "scale:0.25+cast:float16")))
 
 
 @pytest.mark.gpu
