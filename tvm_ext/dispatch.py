@@ -261,6 +261,7 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
     # A subgraph task (a matmul with an epilogue) takes the records of its own subgraph first,
     # then those of its anchor matmul (measured without the epilogue: marked as such).
     candidates = [(r, False) for r in (ctx.query(workload, target) if ctx else [])]
+    mine = target_machine(target)  # a record of another machine is named in the report
     if workload.epilogue and ctx is not None:
         candidates += [(r, True) for r in ctx.query(workload.anchor, target)]
     for best, anchor in candidates:
@@ -272,7 +273,7 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
         except NotApplied as why:
             ctx.report.skipped.append(f"{label}{why}")
             continue
-        machine, mine = target_machine(best.target), target_machine(target)
+        machine = target_machine(best.target)
         found = (task, Choice(workload, task.name, fit.config, True, best.result.mean,
                               fit.completed, meaning.reason if meaning.values else "", anchor,
                               machine if machine and mine and machine != mine else ""))
