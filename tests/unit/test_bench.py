@@ -9,11 +9,23 @@ from tvm_ext import bench
 from tvm_ext.bench.__main__ import main
 
 
-def test_cpu_suite_quick(tmp_path, capsys):
-    out = tmp_path / "rows.json"
-    assert main(["--suite", "cpu", "--quick", "--tune", "2", "--log",
-                       str(tmp_path / "q.json"), "--repeat", "2", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())
+@pytest.fixture(scope="module")
+def quick_suite(tmp_path_factory):
+    """One quick CPU suite run, tuned 2 trials a row: (its log, its JSON rows, its stdout),
+    shared by the tests that read them (the run takes most of a minute on 2 cores)."""
+    import contextlib
+    import io
+    tmp = tmp_path_factory.mktemp("quick_suite")
+    log, out, printed = tmp / "q.json", tmp / "rows.json", io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        rc = main(["--suite", "cpu", "--quick", "--tune", "2", "--log", str(log), "--repeat",
+                   "2", "--json", str(out)])
+    assert rc == 0
+    return str(log), json.loads(out.read_text()), printed.getvalue()
+
+
+def test_cpu_suite_quick(quick_suite):
+    _, rows, printed = quick_suite
     # bmm, dense, gemv, odd, then the chain; every row measured, tuned, with numpy's best
     # sample and (tuned matmul rows) the template's fallback timed beside it.
     assert [r["name"].split()[0] for r in rows] == ["bmm", "dense", "gemv", "odd", "chain"]
@@ -21,7 +33,7 @@ def test_cpu_suite_quick(tmp_path, capsys):
     assert all(r["tuned"].endswith("tuned") for r in rows)
     assert all(r["fallback_ms"] > 0 for r in rows[:-1])
     assert "dense_gemv.x86 tuned" in rows[2]["tuned"]
-    assert "ratio" in capsys.readouterr().out
+    assert "ratio" in printed
 
 
 def test_cpu_suite_only_runs_the_rows_it_names(tmp_path):
@@ -35,12 +47,10 @@ def test_cpu_suite_only_runs_the_rows_it_names(tmp_path):
     assert [r["name"].split()[0] for r in json.loads(out.read_text())] == ["gemv"]
 
 
-def test_tuning_cost_quick(tmp_path, capsys):
-    """--suite tuning-cost on the CPU: XGB from scratch against a log's best records, stopping
-    with the batch that reaches 90% of each record's speed."""
-    log, out = str(tmp_path / "q.json"), tmp_path / "cost.json"
-    assert main(["--suite", "cpu", "--quick", "--tune", "2", "--log", log,
-                       "--repeat", "1"]) == 0
+def test_tuning_cost_quick(quick_suite, tmp_path, capsys):
+    """--suite tuning-cost on the CPU: XGB from scratch against a log's best records (the quick
+    suite's tuning), stopping with the batch that reaches 90% of each record's speed."""
+    log, out = quick_suite[0], tmp_path / "cost.json"
     assert main(["--suite", "tuning-cost", "--quick", "--log", log, "--trials", "16",
                        "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
