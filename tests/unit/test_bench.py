@@ -30,6 +30,7 @@ def test_cpu_suite_quick(quick_suite):
     # sample and (tuned matmul rows) the template's fallback timed beside it.
     assert [r["name"].split()[0] for r in rows] == ["bmm", "dense", "gemv", "odd", "chain"]
     assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 and r["ref_best_ms"] > 0 for r in rows)
+    assert all(0 < r["ours_best_ms"] <= r["ours_ms"] for r in rows)
     assert all(r["tuned"].endswith("tuned") for r in rows)
     assert all(r["fallback_ms"] > 0 for r in rows[:-1])
     assert "dense_gemv.x86 tuned" in rows[2]["tuned"]

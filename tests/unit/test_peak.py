@@ -60,3 +60,17 @@ def test_gemv_rows_time_numpy_ours_and_the_read_floor_after_checking_them():
         assert list(rows) == ["numpy", "ours (dense_gemv.x86, fallback)",
                               "reading the weight alone"]
         assert all(0 < best <= med for med, best in rows.values())
+
+
+def test_weight_sweep_times_the_rows_config_on_each_width_after_checking_it():
+    """``--weights``: the row's config (here its fallback) on the same M and K with N columns,
+    both kernels checked against numpy (``weight_sweep`` asserts them) and timed in turn; a
+    width that the config's panels do not divide is left out, not built as another config."""
+    from tvm_ext.workload import Workload
+    wl = Workload.create("dense", (64, 128, 64), layout="NT")
+    rows = peak.weight_sweep(wl, None, ns=(64, 256, 100), repeat=2)
+    assert [(n, label) for n, _, label, _ in rows] == [
+        (64, "packed at every call"), (64, "weight packed at build time"),
+        (256, "packed at every call"), (256, "weight packed at build time")]
+    assert [mb for _, mb, _, _ in rows] == [64 * 64 * 4 / 1e6] * 2 + [256 * 64 * 4 / 1e6] * 2
+    assert all(0 < best <= med for _, _, _, (med, best) in rows)

@@ -23,9 +23,11 @@ class Row:
     # the tuner timed it (replay check); None elsewhere.
     recorded_ms: Optional[float] = None
     replay_ms: Optional[float] = None
-    # CPU rows: the reference's best sample, and the template's untuned kernel (tuned rows).
+    # CPU rows: the reference's best sample and ours, and the template's untuned kernel (tuned
+    # rows).
     ref_best_ms: Optional[float] = None
     fallback_ms: Optional[float] = None
+    ours_best_ms: Optional[float] = None
     # CPU rows with --metaschedule N: MetaSchedule's own tuning of the same workload.
     ms_ms: Optional[float] = None
 

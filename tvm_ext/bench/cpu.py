@@ -130,6 +130,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         row = Row(f"{name} {wl}", wl.flop, *ref, *ours,
                   f"{k.task.name} " + ("tuned" if k.choice.tuned else "fallback"))
         row.ref_best_ms = float(np.min(samples["numpy"])) * 1e3
+        row.ours_best_ms = float(np.min(samples["ours"])) * 1e3
         if "fallback" in samples:
             row.fallback_ms = median_ms(samples["fallback"])[0]
         if "MetaSchedule" in samples:
@@ -175,6 +176,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
     rows.append(Row(f"chain {w1.M}x{w1.K}.{w1.K}x{w1.N} -> exp -> .{w2.K}x{w2.N}",
                     w1.flop + w2.flop, *ref, *ours, tuned))
     rows[-1].ref_best_ms = float(np.min(samples["numpy"])) * 1e3
+    rows[-1].ours_best_ms = float(np.min(samples["ours"])) * 1e3
     if "MetaSchedule" in samples:
         rows[-1].ms_ms = median_ms(samples["MetaSchedule"])[0]
     return rows

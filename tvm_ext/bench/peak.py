@@ -13,8 +13,11 @@ Relax model is: ``prepacked_rows``; and the time that only writing each row's ou
 output of 64-deep sums is). ``--gemv``: the matrix-vector row against the time that only
 reading its weight takes (``read_kernel``), sampled in turn with numpy's and ours: a row that
 reads each weight element once for one FMA is bound by the memory, not by the FMAs.
+``--weights``: the dense row's kernel on the same M and K with N from 256 to 6144 columns, its
+weight packed at every call and packed ahead, in turn (``weight_sweep``): its share of the peak
+as its weight outgrows the caches.
 
-    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--target T]
+    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--weights] [--target T]
 
 ``--target``: an llvm target to build every kernel for instead of the host's (AVX2 code on an
 AVX-512 host: ``'{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}'``), its peak kernel of that
@@ -105,6 +108,9 @@ def main(argv=None) -> int:
     p.add_argument("--gemv", action="store_true",
                    help="also time the CPU bench's gemv row, numpy's, and reading the weight "
                    "alone, in turn")
+    p.add_argument("--weights", action="store_true",
+                   help="also run the dense row's kernel with N from 256 to 6144 (its weight "
+                   "from 0.8 to 19 MB), packed at every call and packed ahead, in turn")
     p.add_argument("--target", help="build for this llvm target instead of the host's, e.g. "
                    "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\", \"num-cores\": 2}' (AVX2 "
                    "code on an AVX-512 host)")
@@ -138,8 +144,9 @@ def main(argv=None) -> int:
         print(f"FMA peak (the larger of the runs before and after the rows): {peak:.1f} GFLOP/s")
         for row in rows:
             gflops = row.flop / (row.ours_ms * 1e-3) / 1e9
+            best = row.flop / (row.ours_best_ms * 1e-3) / 1e9
             print(f"{row.name[:44]:<46} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of "
-                  f"the peak ({row.tuned})")
+                  f"the peak (its best sample {best / peak:.1%}; {row.tuned})")
         for name, ms in prepacked_rows(CPU_SUITE["dense"], str(data_dir("logs") /
                                                                "llvm_x86.json"), target=target):
             gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
@@ -154,6 +161,21 @@ def main(argv=None) -> int:
             print(f"{key}: writing its {mb:.1f} MB output takes "
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")
+    if args.weights:
+        from ..space import data_dir  # noqa: PLC0415
+        from .cpu import CPU_SUITE  # noqa: PLC0415
+        wl = CPU_SUITE["dense"]
+        rows = weight_sweep(wl, str(data_dir("logs") / "llvm_x86.json"),
+                            repeat=max(15, args.repeat), target=target)
+        peak = max(r["gflops"], measure(args.steps, args.repeat, target)["gflops"])
+        print(f"the dense row's kernel (its config) on {wl.M} x N x {wl.K}, N growing: its "
+              f"weight out of the caches; sampled in turn (median GFLOP/s, share of the peak "
+              f"{peak:.1f}, the larger of the runs before and after; its best sample's share)")
+        for n, mb, label, (med, best) in rows:
+            flop = 2.0 * wl.M * n * wl.K
+            gf, gf_best = flop / (med * 1e-3) / 1e9, flop / (best * 1e-3) / 1e9
+            print(f"  N={n:<6} weight {mb:5.1f} MB  {label:<28} {gf:7.1f} GFLOP/s  "
+                  f"{gf / peak:6.1%} (best {gf_best / peak:.1%})")
     if args.gemv:
         from ..space import data_dir  # noqa: PLC0415
         from .cpu import CPU_SUITE  # noqa: PLC0415
@@ -262,6 +284,54 @@ def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
                         f"ours ({kernel.task.name}, {tag})": functools.partial(kernel, *args),
                         "reading the weight alone": functools.partial(floor, W, sums)}, repeat)
     return {k: (float(np.median(v)) * 1e3, min(v) * 1e3) for k, v in samples.items()}
+
+
+def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, target=None):
+    """[(N, weight MB, label, (median ms, best ms))] of the config that ``log`` gives dense
+    workload ``wl`` (its record, else its fallback), built on the same M and K with N columns
+    for each N of ``ns``, its weight packed at every call and packed ahead (``prepacked_kernel``),
+    all sampled in turn as the CPU bench samples (``cpu._in_turn``), each checked against numpy
+    first: how the kernel's speed follows its weight out of the caches."""
+    import numpy as np  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+
+    from ..codegen import compile_module, use_host_cores  # noqa: PLC0415
+    from ..dispatch import apply_history_best, choose  # noqa: PLC0415
+    from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
+    from ..target import host_cpu_target  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
+    from ..workload import Workload  # noqa: PLC0415
+    from .cpu import _in_turn  # noqa: PLC0415
+    use_host_cores()
+    target = target or host_cpu_target()
+    with apply_history_best([log] if log else []):
+        task, choice = choose(wl, target)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (wl.M, wl.K)).astype(wl.dtype)
+    calls, sizes = {}, {}
+    for n in ns:
+        wn = Workload.create("dense", (wl.M, n, wl.K), wl.dtype, layout=wl.layout)
+        tn = Task(wn, target, template=task.name)
+        cfg = tn.config_of_record(choice.config)
+        if not (tn.space.is_valid(cfg) and prepackable(tn.name, wn, cfg)):
+            continue  # (a column count that the config's panels do not divide)
+        b = rng.uniform(-1, 1, wn.b_shape).astype(wl.dtype)
+        want = a @ (b.T if wn.transpose_b else b)
+        xi = cfg["tile_x"].size[-1]
+        kernels = {"packed at every call": (tn.build(cfg)["main"], tvm.runtime.tensor(b)),
+                   "weight packed at build time": (compile_module(tvm.IRModule(
+                       {"main": prepacked_kernel(wn, cfg, tn.facts["vector_lanes"])}),
+                       target)["main"], tvm.runtime.tensor(pack_weight(wn, b, xi)))}
+        for label, (f, weight) in kernels.items():
+            args = (tvm.runtime.tensor(a), weight,
+                    tvm.runtime.empty(wn.out_shape, wn.out_dtype, tvm.cpu()))
+            f(*args)
+            np.testing.assert_allclose(args[2].numpy(), want, rtol=1e-4, atol=1e-3)
+            calls[(n, label)] = functools.partial(f, *args)
+        sizes[n] = b.nbytes / 1e6
+    samples = _in_turn(calls, repeat)
+    return [(n, sizes[n], label, (float(np.median(v)) * 1e3, min(v) * 1e3))
+            for (n, label), v in samples.items()]
 
 
 def prepacked_rows(wl, log, repeat: int = 7, target=None):
