@@ -126,29 +126,33 @@ def main(argv=None) -> int:
         except TvmExtError as err:
             p.error(str(err))
     r = measure(args.steps, args.repeat, target)
+    from ..space import data_dir  # noqa: PLC0415
+    from .cpu import CPU_SUITE  # noqa: PLC0415
+    shipped = str(data_dir("logs") / "llvm_x86.json")
+
+    def peak_again():
+        # The peak again after the rows: a core busy elsewhere during one measurement shows
+        # as half the peak; the larger of the two is the host's.
+        return max(r["gflops"], measure(args.steps, args.repeat, target)["gflops"])
+
     print(f"FMA peak: {r['gflops']:.1f} GFLOP/s (median {r['gflops_median']:.1f}) on "
           f"{r['threads']} threads, {r['lanes']}-lane f32 vectors, {r['chains']} chains a thread"
           + (f" (llvm {target.attrs.get('mcpu', '')})" if target is not None else ""))
     if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
-        from ..space import data_dir  # noqa: PLC0415
         from ..workload import DTYPE_BYTES  # noqa: PLC0415
-        from .cpu import CPU_SUITE, run_cpu  # noqa: PLC0415
+        from .cpu import run_cpu  # noqa: PLC0415
         large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
         # the chain's two GEMMs also as rows of their own (the chain row adds its exp kernel)
         large.update({"gemm1": CPU_SUITE["chain_mm1"], "gemm2": CPU_SUITE["chain_mm2"]})
-        rows = run_cpu(large, log=str(data_dir("logs") / "llvm_x86.json"), repeat=5,
-                       target=target)
-        # The peak again after the rows: a core busy elsewhere during one measurement shows
-        # as half the peak; the larger of the two is the host's.
-        peak = max(r["gflops"], measure(args.steps, args.repeat, target)["gflops"])
+        rows = run_cpu(large, log=shipped, repeat=5, target=target)
+        peak = peak_again()
         print(f"FMA peak (the larger of the runs before and after the rows): {peak:.1f} GFLOP/s")
         for row in rows:
             gflops = row.flop / (row.ours_ms * 1e-3) / 1e9
             best = row.flop / (row.ours_best_ms * 1e-3) / 1e9
             print(f"{row.name[:44]:<46} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of "
                   f"the peak (its best sample {best / peak:.1%}; {row.tuned})")
-        for name, ms in prepacked_rows(CPU_SUITE["dense"], str(data_dir("logs") /
-                                                               "llvm_x86.json"), target=target):
+        for name, ms in prepacked_rows(CPU_SUITE["dense"], shipped, target=target):
             gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
             print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of the peak")
         # The stores' floor: a row whose output alone takes longer to write than its FMAs at
@@ -162,12 +166,9 @@ def main(argv=None) -> int:
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")
     if args.weights:
-        from ..space import data_dir  # noqa: PLC0415
-        from .cpu import CPU_SUITE  # noqa: PLC0415
         wl = CPU_SUITE["dense"]
-        rows = weight_sweep(wl, str(data_dir("logs") / "llvm_x86.json"),
-                            repeat=max(15, args.repeat), target=target)
-        peak = max(r["gflops"], measure(args.steps, args.repeat, target)["gflops"])
+        rows = weight_sweep(wl, shipped, repeat=max(15, args.repeat), target=target)
+        peak = peak_again()
         print(f"the dense row's kernel (its config) on {wl.M} x N x {wl.K}, N growing: its "
               f"weight out of the caches; sampled in turn (median GFLOP/s, share of the peak "
               f"{peak:.1f}, the larger of the runs before and after; its best sample's share)")
@@ -177,11 +178,8 @@ def main(argv=None) -> int:
             print(f"  N={n:<6} weight {mb:5.1f} MB  {label:<28} {gf:7.1f} GFLOP/s  "
                   f"{gf / peak:6.1%} (best {gf_best / peak:.1%})")
     if args.gemv:
-        from ..space import data_dir  # noqa: PLC0415
-        from .cpu import CPU_SUITE  # noqa: PLC0415
         wl = CPU_SUITE["gemv"]
-        rows = gemv_rows(wl, str(data_dir("logs") / "llvm_x86.json"),
-                         repeat=max(15, args.repeat), target=target)
+        rows = gemv_rows(wl, shipped, repeat=max(15, args.repeat), target=target)
         floor = rows["reading the weight alone"]
         mb = wl.N * wl.K * 4 / 1e6
         print(f"gemv {wl.M}x{wl.N}x{wl.K}: its {mb:.1f} MB weight read once, sampled in turn "
@@ -286,6 +284,22 @@ def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
     return {k: (float(np.median(v)) * 1e3, min(v) * 1e3) for k, v in samples.items()}
 
 
+def packed_both_ways(task, cfg, b, target) -> dict:
+    """{label: (function, weight tensor)} of a dense_pack.x86 config (``prepackable``) with
+    weight ``b`` (numpy, ``task``'s B): its kernel, which packs the weight at every call, and
+    its ``prepacked_kernel`` with the weight packed ahead (``pack_weight``: a constant weight
+    of a Relax model), built for ``target``."""
+    import tvm  # noqa: PLC0415
+
+    from ..codegen import compile_module  # noqa: PLC0415
+    from ..ops.x86_gemm import pack_weight, prepacked_kernel  # noqa: PLC0415
+    wl = task.workload
+    return {"packed at every call": (task.build(cfg)["main"], tvm.runtime.tensor(b)),
+            "weight packed at build time": (compile_module(tvm.IRModule(
+                {"main": prepacked_kernel(wl, cfg, task.facts["vector_lanes"])}),
+                target)["main"], tvm.runtime.tensor(pack_weight(wl, b, cfg["tile_x"].size[-1])))}
+
+
 def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, target=None):
     """[(N, weight MB, label, (median ms, best ms))] of the config that ``log`` gives dense
     workload ``wl`` (its record, else its fallback), built on the same M and K with N columns
@@ -295,9 +309,9 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
-    from ..codegen import compile_module, use_host_cores  # noqa: PLC0415
+    from ..codegen import use_host_cores  # noqa: PLC0415
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
-    from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
+    from ..ops.x86_gemm import prepackable  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     from ..workload import Workload  # noqa: PLC0415
@@ -317,12 +331,7 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
             continue  # (a column count that the config's panels do not divide)
         b = rng.uniform(-1, 1, wn.b_shape).astype(wl.dtype)
         want = a @ (b.T if wn.transpose_b else b)
-        xi = cfg["tile_x"].size[-1]
-        kernels = {"packed at every call": (tn.build(cfg)["main"], tvm.runtime.tensor(b)),
-                   "weight packed at build time": (compile_module(tvm.IRModule(
-                       {"main": prepacked_kernel(wn, cfg, tn.facts["vector_lanes"])}),
-                       target)["main"], tvm.runtime.tensor(pack_weight(wn, b, xi)))}
-        for label, (f, weight) in kernels.items():
+        for label, (f, weight) in packed_both_ways(tn, cfg, b, target).items():
             args = (tvm.runtime.tensor(a), weight,
                     tvm.runtime.empty(wn.out_shape, wn.out_dtype, tvm.cpu()))
             f(*args)
@@ -342,10 +351,9 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None):
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
-    from ..codegen import compile_module  # noqa: PLC0415
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
     from ..measure.check import random_inputs  # noqa: PLC0415
-    from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
+    from ..ops.x86_gemm import prepackable  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from .cpu import _in_turn  # noqa: PLC0415
     target = target or host_cpu_target()
@@ -354,16 +362,12 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None):
     if not prepackable(task.name, wl, choice.config):
         return []
     a, b = random_inputs(wl, np.random.default_rng(0))
-    args = [tvm.runtime.tensor(a), tvm.runtime.tensor(b),
-            tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
-    packed = [args[0], tvm.runtime.tensor(pack_weight(wl, b, choice.config["tile_x"].size[-1])),
-              tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
-    kernels = {"packed at every call": (task.build(choice.config)["main"], args),
-               "weight packed at build time": (compile_module(tvm.IRModule(
-                   {"main": prepacked_kernel(wl, choice.config, task.facts["vector_lanes"])}),
-                   target)["main"], packed)}
+    A = tvm.runtime.tensor(a)
+    kernels = {label: (f, [A, weight, tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())])
+               for label, (f, weight) in packed_both_ways(task, choice.config, b, target).items()}
     for f, fargs in kernels.values():
         f(*fargs)
+    (_, args), (_, packed) = kernels.values()
     np.testing.assert_allclose(packed[2].numpy(), args[2].numpy(), rtol=1e-5, atol=1e-5)
     samples = _in_turn({k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()},
                        repeat)
