@@ -244,6 +244,12 @@ def test_a_register_tile_of_1024_bytes_stays_in_registers(layout):
                                    *tolerance(wl), err_msg=str(cfg))
 
 
+def _ymm_accumulators(asm: str) -> set:
+    """The registers that AVX2 FMAs (``vfmadd231ps`` on ymm) of ``asm`` accumulate into."""
+    return {line.split(",")[-1].strip() for line in asm.splitlines()
+            if "vfmadd231ps" in line and "%ymm" in line}
+
+
 @pytest.mark.skipif(not host_runs_avx2(), reason="runs AVX2 code")
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_six_rows_of_two_avx2_vectors_pad_m_and_answer_right(layout):
@@ -263,8 +269,7 @@ def test_six_rows_of_two_avx2_vectors_pad_m_and_answer_right(layout):
         assert cfg.index is not None and not task.space.violations(cfg), cfg
         lib = task.build(cfg)
         asm = lib.mod.inspect_source("asm")
-        accumulators = {line.split(",")[-1].strip() for line in asm.splitlines()
-                        if "vfmadd231ps" in line and "%ymm" in line}
+        accumulators = _ymm_accumulators(asm)
         assert len(accumulators) >= 12, (op, layout, sorted(accumulators))
         a, b = random_inputs(wl, rng)
         kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
@@ -297,8 +302,7 @@ def test_three_vectors_a_row_stay_whole_vectors(layout):
             assert "vinsertps" not in asm and "vextractps" not in asm, (op, target, layout)
             if target is AVX512 or not host_runs_avx2():
                 continue
-            accumulators = {line.split(",")[-1].strip() for line in asm.splitlines()
-                            if "vfmadd231ps" in line and "%ymm" in line}
+            accumulators = _ymm_accumulators(asm)
             assert len(accumulators) >= 12, (op, layout, sorted(accumulators))
             a, b = random_inputs(wl, rng)
             kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
