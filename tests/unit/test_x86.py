@@ -484,6 +484,10 @@ def small_l3(monkeypatch):
     ("batch_matmul", (3, 8, 48, 20), "NN", 16),
     ("dense", (32, 96, 40), "NT", 32),
     ("dense", (16, 64, 24), "TN", 64),
+    # 48 lanes: 3 AVX-512 vectors (6 AVX2 ones), a micro-kernel of unrolled vectors whose
+    # write-back is one loop for the intrinsic
+    ("batch_matmul", (2, 8, 96, 24), "NT", 48),
+    ("dense", (16, 96, 40), "NN", 48),
 ])
 def test_nt_store_writes_c_by_non_temporal_stores(op, shape, layout, tile_x, small_l3):
     """``nt_store`` = 1: the register tile accumulates in a local copy (in registers, whatever

@@ -236,7 +236,10 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         # A one-row, one-column tile has no loops of its own under jo: vectorizing "its last
         # loop" would vectorize jo, around the serial reduction (wrong sums).
         if not sch.get(last).same_as(sch.get(jo)):
-            _vectorize(sch, last, lanes)
+            if nt_store:  # one vector loop, which the intrinsic's stores replace whole
+                sch.vectorize(last)
+            else:
+                _vectorize(sch, last, lanes)
         if nt_store:
             _nt_write_back(sch, last, outer, wl, xi, lanes)
     if pack is not None:
