@@ -311,6 +311,26 @@ def test_three_vectors_a_row_stay_whole_vectors(layout):
                                        *tolerance(wl), err_msg=str(cfg))
 
 
+def test_a_gemv_step_of_three_vectors_stays_whole_vectors():
+    """dense_gemv.x86's partial sums three vectors wide (``tile_k[-1]`` = 24 on AVX2, 48 on
+    AVX-512, a factor of K = 480) are three vectors, not one of 24 or 48 lanes moved element by
+    element (360 ``vinsertps`` on AVX-512 before); the AVX2 kernel's answer is numpy's."""
+    wl = Workload.create("dense", (1, 64, 480), layout="NT")
+    for target, width in ((AVX2, 24), (AVX512, 48)):
+        task = Task(wl, target, template="dense_gemv.x86")
+        cfg = task.space.config_from_values({**task.fallback_config().values_dict(),
+                                             "tile_k": [-1, 2, width]})
+        assert cfg.index is not None and not task.space.violations(cfg), cfg
+        lib = task.build(cfg)
+        asm = lib.mod.inspect_source("asm")
+        assert "vinsertps" not in asm and "vextractps" not in asm, target
+        if target is AVX512 or not host_runs_avx2():
+            continue
+        a, b = random_inputs(wl, np.random.default_rng(6))
+        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+        np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
+
+
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
 def test_xc_walks_several_column_panels_in_one_task(layout):
     """batch_matmul.x86's ``xc``: each parallel task computes ``xc`` column panels of its rows

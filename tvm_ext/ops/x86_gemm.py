@@ -744,7 +744,7 @@ def _gemv_schedule(sch, cfg, wl, facts):
     acc = sch.cache_write(rf, 0, "local")  # the kv partial sums of one output, in registers
     sch.reverse_compute_at(acc, ji)
     sch.unroll(koi)
-    sch.vectorize(kin)
+    _vectorize(sch, kin, facts["vector_lanes"])
     sch.decompose_reduction(rf, koo)
     # The sum across the lanes, per output, right after its partial sums (still in cache).
     sch.reverse_compute_at(c, ji)
