@@ -60,7 +60,7 @@ def test_apply_fast_tuning_in_a_pipeline(tmp_path):
             and "tvm_ext.template" in f.attrs]
     assert len(ours) == 4
     with tvm_ext.codegen.pass_options(fast.pass_config):
-        got = _run(tvm.compile(scheduled, "llvm"), xs)
+        got = _run(tvm.compile(scheduled, "llvm", tir_pipeline=fast.tir_pipeline), xs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
     # Run again: every workload has its records, nothing is measured, the kernels are the same.

@@ -13,7 +13,7 @@ import tvm
 from tvm import relax as _relax
 
 from .. import family as F
-from ..codegen import pass_options, use_host_cores
+from ..codegen import cpu_pipeline, pass_options, use_host_cores
 from ..dispatch import choose
 from ..errors import TvmExtError
 from ..strategy import get_template
@@ -135,9 +135,10 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
           fuse_epilogue: bool = False, prepack: bool = True):
     """LegalizeOps (with ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
     the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
-    TVM's pipeline for everything else. ``fuse_epilogue`` (implies ``strategy``) first fuses
-    each matmul with the elementwise ops after it (TVM's FuseOps) and computes them in our
-    kernel's write-back; such a function takes its subgraph task's record (``subgraph``),
+    TVM's pipeline for everything else (a CPU's TIR through ``codegen.cpu_pipeline``, as our
+    kernels are measured). ``fuse_epilogue`` (implies ``strategy``) first fuses each matmul
+    with the elementwise ops after it (TVM's FuseOps) and computes them in our kernel's
+    write-back; such a function takes its subgraph task's record (``subgraph``),
     else its anchor matmul's (marked so in the report), else the fallback. ``prepack`` (CPU):
     a plain matmul whose weight is a constant of the model gets it packed here, once
     (``prepack_constant_weights``), instead of at every call."""
@@ -156,5 +157,9 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     config = dict(apply.pass_config)
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)
+    # A CPU model's kernels are compiled as ``Task.build`` compiles them for the tuner
+    # (``codegen.compile_module``): register tiles on the stack, tasks of non-temporal stores
+    # fenced.
+    tir = cpu_pipeline() if target.kind.name == "llvm" else "default"
     with pass_options(config):
-        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline)
+        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline, tir_pipeline=tir)

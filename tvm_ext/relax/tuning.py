@@ -5,6 +5,7 @@ from typing import Optional
 
 import tvm
 
+from ..codegen import cpu_pipeline
 from ..errors import TvmExtError
 from ..measure import MeasureOptions
 from ..result import error_line
@@ -84,11 +85,13 @@ class ApplyFastTuning:
         fast = tvm_ext.relax.ApplyFastTuning(target, "model.json")
         mod = tvm.transform.Sequential([relax.transform.LegalizeOps(), fast])(mod)
         with tvm_ext.codegen.pass_options(fast.pass_config):  # the kernels' TVM options
-            ex = tvm.compile(mod, target)
+            ex = tvm.compile(mod, target, tir_pipeline=fast.tir_pipeline)
 
     ``results`` holds ``tune_model``'s rows (none where the log had every workload already);
     ``pass_config`` the TVM pass options the kernels need at compile time (the tensor-core
-    templates'; none on the CPU)."""
+    templates'; none on the CPU); ``tir_pipeline`` the TIR pipeline that compiles them as they
+    were measured (on a CPU ``codegen.cpu_pipeline``: register tiles on the stack, tasks of
+    non-temporal stores fenced; TVM's default elsewhere)."""
 
     def __init__(self, target=None, log="tvm_ext_fast.json", *, k: int = FAST_K,
                  measure_options=None):
@@ -96,6 +99,7 @@ class ApplyFastTuning:
         self.measure_options = measure_options
         self.results = []
         self.pass_config: dict = {}
+        self.tir_pipeline = cpu_pipeline() if self.target.kind.name == "llvm" else "default"
 
     def transform_module(self, mod, _ctx):
         from pathlib import Path  # noqa: PLC0415
