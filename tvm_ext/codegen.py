@@ -34,6 +34,14 @@ buffer of at most ``STACK_TILE_BYTES`` to stay a stack array (TVM's ``disable_lo
 which LLVM then promotes to registers, and that ends every task of a parallel loop annotated
 ``x86_intrin.FENCE_TASKS`` with a fence (``sfence`` on x86), so that the task's non-temporal
 stores are in memory before the thread pool counts it done.
+
+**Whole vectors where a tile overhangs C.** A register tile whose columns run past C's (N not
+a multiple of the tile's width) is written back under a predicate on each lane, and TVM turns
+a vector loop with such a predicate into one guarded scalar store per element, in every tile of
+the kernel (LLVM makes masked stores of them on AVX-512, not on AVX2). A pass before TVM's
+lowering (``whole_vectors``) splits each such loop: whole vectors where every lane is inside,
+the guarded elements only where some are not (dense 257x509x131 on AVX2: docs/BENCHMARKS.md).
+Kernels of symbolic sizes are left as they are.
 """
 from __future__ import annotations
 
@@ -246,11 +254,93 @@ def _nt_fence(func):
     return tirx.Evaluate(tirx.call_extern("void", NT_FENCE))
 
 
+def _lane_bounds(pred, lane, extent):
+    """(the conjuncts of block predicate ``pred`` that do not depend on ``lane``, the
+    condition under which the others hold on every lane of a loop of ``extent`` lanes), or
+    None where one of them is not a comparison linear in ``lane`` (so that holding on its
+    first and last lane is holding on all of them)."""
+    from tvm import sym, tirx  # noqa: PLC0415
+
+    def conjuncts(e):
+        return conjuncts(e.a) + conjuncts(e.b) if isinstance(e, tirx.And) else [e]
+
+    def at(e, value):
+        analyzer = sym.Analyzer()
+        analyzer.bind(lane, tirx.IntImm(str(extent.ty), value))
+        return analyzer.simplify(e)
+
+    keep, whole = [], []
+    for cond in conjuncts(pred):
+        if not isinstance(cond, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)):
+            return None
+        linear = sym.detect_linear_equation(cond.a - cond.b, [lane])
+        if not linear:
+            return None
+        coef = linear[0]
+        if isinstance(coef, tirx.IntImm) and coef.value == 0:
+            keep.append(cond)
+        else:
+            whole += [at(cond, 0), at(cond, extent.value - 1)]
+    return keep, whole
+
+
+def _whole_vectors_stmt(stmt):
+    """``stmt`` with each vector loop whose block has a predicate on its lanes split in two:
+    where the predicate holds on every lane, the loop without it (whole vector loads and
+    stores); elsewhere the loop unrolled, one guarded element at a time (as TVM would
+    scalarize it)."""
+    from tvm import s_tir, tirx  # noqa: PLC0415
+
+    if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.VECTORIZED and \
+            isinstance(stmt.body, s_tir.SBlockRealize) and stmt.body.block.init is None and \
+            isinstance(stmt.extent, tirx.IntImm) and isinstance(stmt.min, tirx.IntImm) and \
+            stmt.min.value == 0:
+        realize = stmt.body
+        split = _lane_bounds(realize.predicate, stmt.loop_var, stmt.extent)
+        if split is not None and split[1]:
+            keep, whole = split
+            pred = functools.reduce(tirx.And, keep) if keep else tirx.const(True, "bool")
+            b = realize.block
+            block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint + "_whole",
+                                 b.body, b.init, b.alloc_buffers, b.match_buffers,
+                                 b.annotations)
+            fast = tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
+                            s_tir.SBlockRealize(realize.iter_values, pred, block),
+                            stmt.thread_binding, stmt.annotations, stmt.step, stmt.span)
+            # the rest one guarded element at a time, unrolled: the tile's elements at
+            # constant offsets (it stays in registers, not copied to the stack for the loop)
+            slow = tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.UNROLLED,
+                            realize, stmt.thread_binding, stmt.annotations, stmt.step,
+                            stmt.span)
+            return tirx.IfThenElse(functools.reduce(tirx.And, whole), fast, slow)
+        return stmt
+    return _rebuilt(stmt, _whole_vectors_stmt)
+
+
+def whole_vectors():
+    """The pass before lowering: see ``_whole_vectors_stmt``. The vector write-back of a
+    register tile whose columns overhang C (N not a multiple of the tile: dense 257x509x131)
+    otherwise stores every element of every tile of the kernel under its own branch."""
+    import tvm  # noqa: PLC0415
+    from tvm import tirx  # noqa: PLC0415
+
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tvm_ext.WholeVectors")
+    def _pass(func, _mod, _ctx):
+        if not all(hasattr(p, "shape") and all(isinstance(d, tirx.IntImm) for d in p.shape)
+                   for p in func.params):
+            # a kernel of symbolic sizes (a shape family's generic kernel) as it is: TVM's
+            # CompactBufferAllocation fails on the split ("Literal value ... exceeds range")
+            return func
+        body = _whole_vectors_stmt(func.body)
+        return func if body.same_as(func.body) else func.with_body(body)
+    return tvm.ir.transform.Sequential([_pass, tvm.s_tir.transform.ConvertSSA()])
+
+
 @functools.lru_cache(maxsize=None)
 def cpu_pipeline() -> str:
-    """The name of the CPU pipeline, registered once: TVM's default TIR pipeline, with
-    ``stack_tiles`` before the host's finalizing passes (whose LowerTVMBuiltin moves large
-    allocations to the heap)."""
+    """The name of the CPU pipeline, registered once: TVM's default TIR pipeline, after
+    ``whole_vectors`` and with ``stack_tiles`` before the host's finalizing passes (whose
+    LowerTVMBuiltin moves large allocations to the heap)."""
     import tvm  # noqa: PLC0415
     from tvm.tirx import compilation_pipeline as pipelines  # noqa: PLC0415
 
@@ -259,7 +349,7 @@ def cpu_pipeline() -> str:
 
         def host():
             return tvm.ir.transform.Sequential([stack_tiles(), finalize_host()])
-        return lower, host, finalize_device
+        return tvm.ir.transform.Sequential([whole_vectors(), lower]), host, finalize_device
 
     pipelines.register_tir_pipeline("tvm_ext_cpu", factory)
     return "tvm_ext_cpu"

@@ -1,6 +1,7 @@
 """CPU templates: numerics for every layout over sampled configs; apply at build time."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -329,6 +330,39 @@ def test_a_gemv_step_of_three_vectors_stays_whole_vectors():
         a, b = random_inputs(wl, np.random.default_rng(6))
         kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
         np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT"])
+def test_tiles_that_overhang_c_write_back_whole_vectors(layout):
+    """Register tiles whose columns overhang C (N = 509 or 70, tiles 16 or 32 wide) write back
+    whole vector rows wherever all their lanes are in C (``codegen.whole_vectors``); only the
+    last panel's go element by element. Before, every element of every tile was stored under
+    its own branch: no vector store to C at all (the CPU bench's odd row, dense 257x509x131,
+    docs/BENCHMARKS.md). The AVX2 kernels' answers are numpy's (the AVX-512 ones are only
+    compiled)."""
+    rng = np.random.default_rng(9)
+    for op, shape in (("dense", (257, 509, 131)), ("batch_matmul", (2, 50, 70, 56))):
+        dense = op == "dense"
+        for target, rows, width, reg in ((AVX2, 6, 16, "ymm"), (AVX512, 4, 32, "zmm")):
+            wl = Workload.create(op, shape, layout=layout)
+            task = Task(wl, target)
+            values = {**task.fallback_config().values_dict(), "tile_k": [-1, 4],
+                      "tile_inner": [-1, rows], "tile_y": [-1, 2, rows] if dense else [-1, rows],
+                      "tile_x": [-1, 1, width] if dense else [-1, width]}
+            cfg = task.space.config_from_values(values)
+            assert cfg.index is not None and not task.space.violations(cfg), cfg
+            lib = task.build(cfg)
+            asm = lib.mod.inspect_source("asm")
+            # whole vector stores to memory other than the stack (C; the pack's are strided)
+            stores = re.findall(rf"vmovups\s+%{reg}\d+, -?\d*\(%r(?!sp)", asm)
+            assert len(stores) >= rows * 2, (op, target, layout, len(stores))
+            if target is AVX512 or not host_runs_avx2():
+                continue
+            a, b = random_inputs(wl, rng)
+            kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
+                                    lib)
+            np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
+                                       *tolerance(wl), err_msg=str(cfg))
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
