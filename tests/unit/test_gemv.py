@@ -37,6 +37,31 @@ def test_gemv_numerics(shape):
         _check(task, cfg, rng)
 
 
+@pytest.mark.parametrize("shape", [(1, 4096, 1024), (2, 1000, 1000), (3, 96, 61)], ids=str)
+def test_gemv_weight_rows_side_by_side(shape):
+    """``rows``: 2, 4 or 8 weight rows streamed side by side (each vector of A loaded once for
+    them) give numpy's answer, with whole and partial vectors of partial sums; a task's rows
+    that ``rows`` does not divide break the space's rule."""
+    wl = Workload.create("dense", shape, layout="NT")
+    task = Task(wl, CPU, template="dense_gemv.x86")
+    rng = np.random.default_rng(3)
+    base = task.fallback_config().values_dict()
+    checked = 0
+    for rows in (2, 4, 8):
+        for kv in sorted({base["tile_k"][-1], 1}):
+            values = {**base, "rows": rows, "tile_k": [-1, 1, kv],
+                      "tile_x": [-1, 8 if wl.N % 8 == 0 else 4]}
+            cfg = task.space.config_from_values(values)
+            if cfg.index is None or task.space.violations(cfg):
+                continue  # (more partial sums than the vector registers hold)
+            assert cfg.value("rows", 1) == rows
+            _check(task, cfg, rng)
+            checked += 1
+    assert checked >= 3, checked
+    odd = task.space.config_from_values({**base, "rows": 4, "tile_x": [-1, 2]})
+    assert any("rows" in v for v in task.space.violations(odd)), odd
+
+
 @pytest.mark.parametrize("op,shape,layout", [
     ("dense", (7, 13, 11), "NT"), ("dense", (1, 97, 89), "NN"), ("dense", (5, 3, 1), "TN"),
     ("dense", (31, 37, 41), "TT"), ("batch_matmul", (3, 1, 17, 29), "NT"),

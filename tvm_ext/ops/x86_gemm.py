@@ -717,8 +717,10 @@ DENSE_PACK_X86 = ScheduleTemplate(
 # each element (a second pass over it, the kernel was 0.23x numpy at 1x4096x4096); this kernel
 # streams each weight row once: every parallel task owns ``xi`` consecutive rows of the weight
 # (contiguous memory), and each output is a dot product over K in ``kv``-wide vector partial
-# sums (rfactor), ``ku`` vector steps unrolled, added across lanes once at the end.
-# Knobs: tile_x = [xo, xi] (rows of the weight per parallel task), tile_k = [ko, ku, kv].
+# sums (rfactor), ``ku`` vector steps unrolled, added across lanes once at the end. ``rows``
+# weight rows are streamed side by side (as OpenBLAS's sgemv_t kernels take 4): each vector of
+# A is loaded once for them, and a thread has that many streams of the weight in flight.
+# Knobs: tile_x = [xo, xi] (rows of the weight per parallel task), tile_k = [ko, ku, kv], rows.
 
 GEMV_MAX_M = 4
 
@@ -735,23 +737,26 @@ def _gemv_schedule(sch, cfg, wl, facts):
     """The matmul block C[m, n] = sum_k A[m, k] * W[n, k] (``matmul_compute``)."""
     _, xi = cfg["tile_x"].size
     _, ku, kv = cfg["tile_k"].size
+    rows = cfg.value("rows", 1)
     c = sch.get_sblock(MATMUL_BLOCK)
     _, _, k = sch.get_loops(c)
     ko, kin = sch.split(k, [None, kv])
     rf = sch.rfactor(kin, 0)  # C_rf[kv, m, n]: the partial sums of each lane
     i, j, ko, kin = sch.get_loops(rf)
-    jo, ji = sch.split(j, [None, xi])
+    jo, ji, jr = sch.split(j, [None, xi // rows, rows])
     koo, koi = sch.split(ko, [None, ku])
-    # Each vector of the weight row is loaded once for all M rows of A (M partial sums).
-    sch.reorder(jo, ji, koo, koi, i, kin)
+    # Each vector of A is loaded once for the ``rows`` weight rows, each vector of a weight
+    # row once for all M rows of A (M x rows partial sums).
+    sch.reorder(jo, ji, koo, koi, i, jr, kin)
     sch.parallel(jo)
     sch.unroll(i)
-    acc = sch.cache_write(rf, 0, "local")  # the kv partial sums of one output, in registers
+    sch.unroll(jr)
+    acc = sch.cache_write(rf, 0, "local")  # the kv partial sums of its outputs, in registers
     sch.reverse_compute_at(acc, ji)
     sch.unroll(koi)
     _vectorize(sch, kin, facts["vector_lanes"])
     sch.decompose_reduction(rf, koo)
-    # The sum across the lanes, per output, right after its partial sums (still in cache).
+    # The sums across the lanes, per output, right after their partial sums (still in cache).
     sch.reverse_compute_at(c, ji)
 
 
