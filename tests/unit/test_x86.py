@@ -245,6 +245,31 @@ def test_a_register_tile_of_1024_bytes_stays_in_registers(layout):
                                    *tolerance(wl), err_msg=str(cfg))
 
 
+def _register_tile(op, shape, layout, target, rows: int, width: int, row_tiles: int = 1):
+    """(task, config, library, its assembly): the default template of ``op`` on ``target`` with
+    a ``rows`` x ``width`` register tile (``tile_k`` 4; dense_pack.x86's tasks ``row_tiles``
+    tiles tall), a config of the space that breaks none of its rules."""
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, target)
+    dense = op == "dense"  # dense_pack.x86's splits have a middle factor
+    values = {**task.fallback_config().values_dict(), "tile_k": [-1, 4],
+              "tile_inner": [-1, rows], "tile_y": [-1, row_tiles, rows] if dense else [-1, rows],
+              "tile_x": [-1, 1, width] if dense else [-1, width]}
+    cfg = task.space.config_from_values(values)
+    assert cfg.index is not None and not task.space.violations(cfg), cfg
+    lib = task.build(cfg)
+    return task, cfg, lib, lib.mod.inspect_source("asm")
+
+
+def _answers_as_numpy(task, cfg, lib, rng):
+    """The built kernel's answer on random inputs is numpy's."""
+    wl = task.workload
+    a, b = random_inputs(wl, rng)
+    kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
+    np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl),
+                               err_msg=str(cfg))
+
+
 def _ymm_accumulators(asm: str) -> set:
     """The registers that AVX2 FMAs (``vfmadd231ps`` on ymm) of ``asm`` accumulate into."""
     return {line.split(",")[-1].strip() for line in asm.splitlines()
@@ -289,27 +314,14 @@ def test_three_vectors_a_row_stay_whole_vectors(layout):
     AVX-512 kernel is only compiled (the host may not run it)."""
     rng = np.random.default_rng(5)
     for op, shape in (("dense", (16, 96, 64)), ("batch_matmul", (2, 8, 48, 32))):
-        dense = op == "dense"  # dense_pack.x86's splits have a middle factor
         for target, rows, width in ((AVX2, 4, 24), (AVX512, 8, 48)):
-            wl = Workload.create(op, shape, layout=layout)
-            task = Task(wl, target)
-            values = {**task.fallback_config().values_dict(), "tile_k": [-1, 4],
-                      "tile_inner": [-1, rows], "tile_y": [-1, 1, rows] if dense else [-1, rows],
-                      "tile_x": [-1, 1, width] if dense else [-1, width]}
-            cfg = task.space.config_from_values(values)
-            assert cfg.index is not None and not task.space.violations(cfg), cfg
-            lib = task.build(cfg)
-            asm = lib.mod.inspect_source("asm")
+            task, cfg, lib, asm = _register_tile(op, shape, layout, target, rows, width)
             assert "vinsertps" not in asm and "vextractps" not in asm, (op, target, layout)
             if target is AVX512 or not host_runs_avx2():
                 continue
             accumulators = _ymm_accumulators(asm)
             assert len(accumulators) >= 12, (op, layout, sorted(accumulators))
-            a, b = random_inputs(wl, rng)
-            kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
-                                    lib)
-            np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
-                                       *tolerance(wl), err_msg=str(cfg))
+            _answers_as_numpy(task, cfg, lib, rng)
 
 
 def test_a_gemv_step_of_three_vectors_stays_whole_vectors():
@@ -349,11 +361,7 @@ def test_rows_whole_in_tiles_but_not_in_tasks_pad_by_few_tiles():
         script = task.instantiate(cfg)["main"].script()
         rows = re.search(r"C_pad_local = T\.sblock_alloc_buffer\(\((\d+), 512\)", script)
         assert rows and int(rows.group(1)) == padded, (m, rows and rows.group(0))
-        a, b = random_inputs(wl, rng)
-        kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
-                                task.build(cfg))
-        np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
-                                   *tolerance(wl), err_msg=str(m))
+        _answers_as_numpy(task, cfg, task.build(cfg), rng)
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT"])
@@ -366,27 +374,14 @@ def test_tiles_that_overhang_c_write_back_whole_vectors(layout):
     compiled)."""
     rng = np.random.default_rng(9)
     for op, shape in (("dense", (257, 509, 131)), ("batch_matmul", (2, 50, 70, 56))):
-        dense = op == "dense"
         for target, rows, width, reg in ((AVX2, 6, 16, "ymm"), (AVX512, 4, 32, "zmm")):
-            wl = Workload.create(op, shape, layout=layout)
-            task = Task(wl, target)
-            values = {**task.fallback_config().values_dict(), "tile_k": [-1, 4],
-                      "tile_inner": [-1, rows], "tile_y": [-1, 2, rows] if dense else [-1, rows],
-                      "tile_x": [-1, 1, width] if dense else [-1, width]}
-            cfg = task.space.config_from_values(values)
-            assert cfg.index is not None and not task.space.violations(cfg), cfg
-            lib = task.build(cfg)
-            asm = lib.mod.inspect_source("asm")
+            task, cfg, lib, asm = _register_tile(op, shape, layout, target, rows, width, 2)
             # whole vector stores to memory other than the stack (C; the pack's are strided)
             stores = re.findall(rf"vmovups\s+%{reg}\d+, -?\d*\(%r(?!sp)", asm)
             assert len(stores) >= rows * 2, (op, target, layout, len(stores))
             if target is AVX512 or not host_runs_avx2():
                 continue
-            a, b = random_inputs(wl, rng)
-            kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
-                                    lib)
-            np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b),
-                                       *tolerance(wl), err_msg=str(cfg))
+            _answers_as_numpy(task, cfg, lib, rng)
 
 
 @pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
