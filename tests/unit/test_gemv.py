@@ -175,3 +175,23 @@ def test_a_padded_n_packs_the_last_column_of_b_without_a_guard(shape, across):
     # across: the block's iterators in the panels' order (panel, k, column in the panel)
     assert all((f"v0 * {xi} + v2" in line) == across for line in pack), pack
     _check(task, cfg, np.random.default_rng(0))
+
+
+def test_gemv_rows_side_by_side_fit_the_registers_with_the_weight_from_memory():
+    """On AVX2 (16 vector registers), 8 weight rows side by side with one vector of partial
+    sums each fit: 8 sums and A's vector, each weight vector an FMA operand from memory (every
+    FMA of the kernel reads one); with two vectors each (18 registers) they break the rule."""
+    import re
+
+    import tvm
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    task = Task(Workload.create("dense", (1, 512, 256), layout="NT"), avx2,
+                template="dense_gemv.x86")
+    fits = task.space.config_from_values({"tile_x": [-1, 64], "tile_k": [-1, 2, 8], "rows": 8})
+    assert fits.index is not None and not task.space.violations(fits), fits
+    spills = task.space.config_from_values({"tile_x": [-1, 64], "tile_k": [-1, 2, 16],
+                                             "rows": 8})
+    assert task.space.violations(spills), spills
+    asm = task.build(fits).mod.inspect_source("asm")
+    fmas = re.findall(r"vfmadd\d+ps\s+(\S+)", asm)
+    assert fmas and all("(" in operand for operand in fmas), fmas[:4]

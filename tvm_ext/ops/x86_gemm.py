@@ -768,10 +768,10 @@ def _gemv_fallback(space, wl, facts):
     ku = largest_factor(wl.K // kv, 4)
     # Rows per task: enough tasks for 8 per core (load balance), at most 64 rows.
     xi = largest_factor(wl.N, max(1, min(64, wl.N // (8 * facts["num_cores"]))))
-    # Four weight rows side by side where the task's rows and the registers allow (the
-    # space's rules), as OpenBLAS's sgemv_t.
-    rows = next(r for r in (4, 2, 1) if xi % r == 0 and (
-        kv < lanes or wl.M * r * kv // lanes + r + 1 <= facts["vector_registers"]))
+    # The most weight rows side by side (up to 8) that the task's rows and the registers
+    # allow (the space's rules).
+    rows = next(r for r in (8, 4, 2, 1) if xi % r == 0 and (
+        kv < lanes or (wl.M * r + min(wl.M, r)) * kv // lanes <= facts["vector_registers"]))
     return {"tile_x": [-1, xi], "tile_k": [-1, ku, kv], "rows": rows}
 
 
