@@ -176,9 +176,13 @@ def compile_module(mod, target, pass_config=None):
     if target.kind.name == "cuda":
         use_nvcc_without_nvrtc()
     with pass_options(pass_config or {}):
-        if target.kind.name == "llvm":
-            return tvm.compile(mod, target=target, tir_pipeline=cpu_pipeline())
-        return tvm.compile(mod, target=target)
+        return tvm.compile(mod, target=target, tir_pipeline=tir_pipeline(target))
+
+
+def tir_pipeline(target) -> str:
+    """The TIR pipeline our kernels for ``target`` are compiled with, wherever they are built
+    (a kernel, a Relax model): ``cpu_pipeline()`` for llvm, TVM's default elsewhere."""
+    return cpu_pipeline() if target.kind.name == "llvm" else "default"
 
 
 #: The most bytes of a "local" buffer that a CPU kernel keeps on its stack (``stack_tiles``):
@@ -254,15 +258,18 @@ def _nt_fence(func):
     return tirx.Evaluate(tirx.call_extern("void", NT_FENCE))
 
 
+def conjuncts(cond) -> list:
+    """The terms of a condition's chain of ``and``s (the condition itself if it has none)."""
+    from tvm import tirx  # noqa: PLC0415
+    return conjuncts(cond.a) + conjuncts(cond.b) if isinstance(cond, tirx.And) else [cond]
+
+
 def _lane_bounds(pred, lane, extent):
     """(the conjuncts of block predicate ``pred`` that do not depend on ``lane``, the
     condition under which the others hold on every lane of a loop of ``extent`` lanes), or
     None where one of them is not a comparison linear in ``lane`` (so that holding on its
     first and last lane is holding on all of them)."""
     from tvm import sym, tirx  # noqa: PLC0415
-
-    def conjuncts(e):
-        return conjuncts(e.a) + conjuncts(e.b) if isinstance(e, tirx.And) else [e]
 
     def at(e, value):
         analyzer = sym.Analyzer()

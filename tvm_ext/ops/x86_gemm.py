@@ -390,8 +390,7 @@ def _clamp_padded(sch, c, name: str, row: int):
     from tvm import tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
 
-    def conjuncts(e):
-        return conjuncts(e.a) + conjuncts(e.b) if isinstance(e, tirx.And) else [e]
+    from ..codegen import conjuncts  # noqa: PLC0415
 
     changed = []
 
@@ -769,10 +768,12 @@ def _gemv_fallback(space, wl, facts):
     # Rows per task: enough tasks for 8 per core (load balance), at most 64 rows.
     xi = largest_factor(wl.N, max(1, min(64, wl.N // (8 * facts["num_cores"]))))
     # The most weight rows side by side (up to 8) that the task's rows and the registers
-    # allow (the space's rules).
-    rows = next(r for r in (8, 4, 2, 1) if xi % r == 0 and (
-        kv < lanes or (wl.M * r + min(wl.M, r)) * kv // lanes <= facts["vector_registers"]))
-    return {"tile_x": [-1, xi], "tile_k": [-1, ku, kv], "rows": rows}
+    # allow: the first that breaks none of the space's rules.
+    base = {"tile_x": [-1, xi], "tile_k": [-1, ku, kv]}
+    for rows in (8, 4, 2):
+        if not space.violations(space.config_from_values({**base, "rows": rows})):
+            return {**base, "rows": rows}
+    return {**base, "rows": 1}
 
 
 DENSE_GEMV_X86 = ScheduleTemplate(

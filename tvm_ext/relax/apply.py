@@ -13,7 +13,7 @@ import tvm
 from tvm import relax as _relax
 
 from .. import family as F
-from ..codegen import cpu_pipeline, pass_options, use_host_cores
+from ..codegen import pass_options, tir_pipeline, use_host_cores
 from ..dispatch import choose
 from ..errors import TvmExtError
 from ..strategy import get_template
@@ -157,9 +157,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     config = dict(apply.pass_config)
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)
-    # A CPU model's kernels are compiled as ``Task.build`` compiles them for the tuner
-    # (``codegen.compile_module``): register tiles on the stack, tasks of non-temporal stores
-    # fenced.
-    tir = cpu_pipeline() if target.kind.name == "llvm" else "default"
+    # The model's kernels are compiled as ``Task.build`` compiles them for the tuner (on a
+    # CPU: register tiles on the stack, tasks of non-temporal stores fenced).
     with pass_options(config):
-        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline, tir_pipeline=tir)
+        return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline,
+                           tir_pipeline=tir_pipeline(target))

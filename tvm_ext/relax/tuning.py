@@ -5,7 +5,7 @@ from typing import Optional
 
 import tvm
 
-from ..codegen import cpu_pipeline
+from ..codegen import tir_pipeline
 from ..errors import TvmExtError
 from ..measure import MeasureOptions
 from ..result import error_line
@@ -99,7 +99,7 @@ class ApplyFastTuning:
         self.measure_options = measure_options
         self.results = []
         self.pass_config: dict = {}
-        self.tir_pipeline = cpu_pipeline() if self.target.kind.name == "llvm" else "default"
+        self.tir_pipeline = tir_pipeline(self.target)
 
     def transform_module(self, mod, _ctx):
         from pathlib import Path  # noqa: PLC0415
