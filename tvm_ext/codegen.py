@@ -258,18 +258,14 @@ def _nt_fence(func):
     return tirx.Evaluate(tirx.call_extern("void", NT_FENCE))
 
 
-def conjuncts(cond) -> list:
-    """The terms of a condition's chain of ``and``s (the condition itself if it has none)."""
-    from tvm import tirx  # noqa: PLC0415
-    return conjuncts(cond.a) + conjuncts(cond.b) if isinstance(cond, tirx.And) else [cond]
-
-
 def _lane_bounds(pred, lane, extent):
     """(the conjuncts of block predicate ``pred`` that do not depend on ``lane``, the
     condition under which the others hold on every lane of a loop of ``extent`` lanes), or
     None where one of them is not a comparison linear in ``lane`` (so that holding on its
     first and last lane is holding on all of them)."""
     from tvm import sym, tirx  # noqa: PLC0415
+
+    from .ops.common import conjuncts  # noqa: PLC0415
 
     def at(e, value):
         analyzer = sym.Analyzer()

@@ -170,3 +170,9 @@ def kernel_attrs(target=None):
     if target is not None:
         attrs["target"] = target
     return attrs
+
+
+def conjuncts(cond) -> list:
+    """The terms of a condition's chain of ``and``s (the condition itself if it has none)."""
+    from tvm import tirx  # noqa: PLC0415
+    return conjuncts(cond.a) + conjuncts(cond.b) if isinstance(cond, tirx.And) else [cond]

@@ -390,7 +390,7 @@ def _clamp_padded(sch, c, name: str, row: int):
     from tvm import tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
 
-    from ..codegen import conjuncts  # noqa: PLC0415
+    from .common import conjuncts  # noqa: PLC0415
 
     changed = []
 
