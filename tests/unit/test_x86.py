@@ -401,7 +401,7 @@ def test_xc_walks_several_column_panels_in_one_task(layout):
             cfg = task.space.config_from_values({**values, "xc": x})
             assert not task.space.violations(cfg), cfg
             script = task.template.make_func(wl, cfg, task.facts, task.target).script()
-            extents.append(int(script.split("T.parallel(")[1].split(")")[0]))
+            extents.append(int(re.search(r"T\.parallel\((\d+)", script).group(1)))
             lib = task.build(cfg)
             a, b = random_inputs(wl, rng)
             kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
@@ -416,31 +416,35 @@ def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
     """B stored [N, K] is packed into its [K, xi] panels by lanes x lanes blocks transposed in
     registers (``x86_intrin``: LLVM IR imported into the kernel and inlined), not by a vector
     loop that gathers each vector at a stride of K; B stored [K, N] packs by plain copies. The
-    answers match numpy for f32 and f64, and a K that is no whole number of blocks keeps the
-    vector loop. So do kernels of the plain matmul compute, packed in the schedule (the form
-    of Relax's and MetaSchedule's matmuls, and of shapes the tiles do not divide), where B
-    itself is packed (only M padded: 23 rows); a padded B (N = 120, K = 62) keeps the loop."""
+    answers match numpy for f32 and f64; in the packed compute, a K that is no whole number of
+    blocks keeps the vector loop. So do kernels of the plain matmul compute, packed in the
+    schedule (the form of Relax's and MetaSchedule's matmuls, and of shapes the tiles do not
+    divide), where B itself is packed (only M padded: 23 rows), and where B is padded (N = 120,
+    K = 62) or its K is no whole number of blocks: its whole blocks by transposes, the rest
+    element by element (``_edge_transposed_pack``)."""
     rng = np.random.default_rng(3)
-    for op, shape, dtype, blocks in (("dense", (24, 128, 64), "float32", True),
-                                     ("batch_matmul", (2, 24, 64, 48), "float32", True),
-                                     ("dense", (24, 64, 64), "float64", True),
-                                     ("dense", (24, 128, 40), "float32", False),
-                                     ("dense", (23, 128, 64), "float32", True),
-                                     ("batch_matmul", (2, 23, 64, 48), "float32", True),
-                                     ("dense", (23, 120, 64), "float32", False),
-                                     ("dense", (23, 128, 62), "float32", False)):
+    for op, shape, dtype in (("dense", (24, 128, 64), "float32"),
+                             ("batch_matmul", (2, 24, 64, 48), "float32"),
+                             ("dense", (24, 64, 64), "float64"),
+                             ("dense", (24, 128, 40), "float32"),
+                             ("dense", (23, 128, 64), "float32"),
+                             ("batch_matmul", (2, 23, 64, 48), "float32"),
+                             ("dense", (23, 120, 64), "float32"),
+                             ("dense", (23, 128, 62), "float32")):
         wl = Workload.create(op, shape, dtype, layout=layout)
         task = Task(wl, "llvm")
         cfg = task.fallback_config()
         lanes = task.facts["vector_lanes"]
-        want = blocks and layout != "NN" and cfg["tile_x"].size[-1] % lanes == 0
-        funcs = [task.template.make_func(wl, cfg, task.facts, task.target)]
+        nt = layout != "NN" and cfg["tile_x"].size[-1] % lanes == 0
+        # the packed compute: whole blocks only; the plain one: any K of a block or more
+        funcs = [(task.template.make_func(wl, cfg, task.facts, task.target),
+                  nt and (wl.K % lanes == 0 if divides(wl, cfg) else wl.K >= lanes))]
         if op == "dense" and divides(wl, cfg):  # the same config on the plain compute
             sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(
                 matmul_compute(wl))}))
             task.template.schedule(sch, cfg, wl, task.facts)
-            funcs.append(sch.mod["main"])
-        for func in funcs:
+            funcs.append((sch.mod["main"], nt and wl.K >= lanes))
+        for func, want in funcs:
             script = func.script()
             assert (f"tvm_ext_transpose_{lanes}_{dtype}" in script) == want, (op, shape, cfg)
         lib = task.build(cfg)
@@ -484,7 +488,8 @@ def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, layout, tile_
     task.template.schedule(sch, cfg, wl, task.facts)
     script = sch.mod["main"].script()
     assert ('"C_j1"' in script) == split, cfg
-    assert (f"tvm_ext_transpose_{lanes}_float32" in script) == split, cfg
+    # B stored [N, K] packs by transposes, split or padded (``_edge_transposed_pack``)
+    assert (f"tvm_ext_transpose_{lanes}_float32" in script) == (layout != "NN"), cfg
     if not divides(wl, cfg):  # the template's own kernel is this one
         assert task.template.make_func(wl, cfg, task.facts, task.target).script() == script
     lib = task.compile(tvm.IRModule({"main": task.launch(sch.mod["main"])}))
@@ -492,6 +497,35 @@ def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, layout, tile_
     a, b = random_inputs(wl, np.random.default_rng(5))
     np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl),
                                err_msg=str(cfg))
+
+
+@pytest.mark.parametrize("target", ["llvm", AVX2], ids=["host", "avx2"])
+def test_a_padded_nt_weight_packs_its_whole_blocks_by_register_transposes(target):
+    """A padded B stored [N, K] (the CPU suite's odd row, 257x509x131: N past whole panels, K
+    past whole blocks) packs every lanes x lanes block that lies inside B by a register
+    transpose, and element by element only at its edges: the blocks of the last panel partly
+    or wholly past N (N = 497: one row of that panel inside B), and the columns past K's whole
+    blocks. Before, the whole pack was a scalar load and store per element. Answers are
+    numpy's, for f32 and f64, dense and batched."""
+    if target is AVX2 and not host_runs_avx2():
+        pytest.skip("the host does not run AVX2 code")
+    rng = np.random.default_rng(11)
+    for op, shape, dtype in (("dense", (257, 509, 131), "float32"),
+                             ("dense", (23, 497, 64), "float32"),
+                             ("dense", (25, 45, 21), "float64"),
+                             ("batch_matmul", (2, 12, 53, 29), "float32")):
+        wl = Workload.create(op, shape, dtype, layout="NT")
+        task = Task(wl, target)
+        lanes = task.facts["vector_lanes"]
+        cfg = next(c for c in (task.config_with({"tile_x": [-1, 1, w] if op == "dense"
+                                                 else [-1, w]}) for w in (2 * lanes, lanes))
+                   if task.space.is_valid(c))
+        assert not divides(wl, cfg), cfg
+        script = task.template.make_func(wl, cfg, task.facts, task.target).script()
+        assert f"tvm_ext_transpose_{lanes}_{dtype}" in script, (shape, cfg)
+        assert '_transposed"' in script and '_edge"' in script, (shape, cfg)
+        assert ('_rest"' in script) == (wl.K % lanes != 0), (shape, cfg)
+        _answers_as_numpy(task, cfg, task.build(cfg), rng)
 
 
 def test_the_fallback_pads_m_to_the_full_register_tile_where_that_adds_little():

@@ -176,6 +176,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     ki = tile_k[-1]
     c = sch.get_sblock(MATMUL_BLOCK)
     tail = None
+    edge = False  # a padded B stored [N, K], packed by ``_edge_transposed_pack``
     try:
         pack = None if prepacked else sch.get_sblock("B_packed")
         transposable = pack is not None  # the packed compute's pack: its panels' order
@@ -208,13 +209,17 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             sch.transform_layout(pack, ("write", 0), index_map)
         if wl.transpose_b and tail is None:
             # Where B itself is not padded, in whole blocks: the pack's loops in the panels'
-            # order, as the packed compute's, and its register transposes. A padded B packs
-            # in a vector loop: along K (rows of B loaded whole, their values stored a panel
-            # row apart) while a task's panel fits in L1; across the panel's width (gathered
-            # loads, whole stores) where it does not (dense 64x50257x768's fallback: 72.0 ms
-            # before both, 33.9 ms after; docs/BENCHMARKS.md).
+            # order, as the packed compute's, and its register transposes. A padded B of
+            # static sizes: its whole blocks by transposes too, the rest element by element,
+            # in B's order (``_edge_transposed_pack``, below). Else in a vector loop: along K
+            # (rows of B loaded whole, their values stored a panel row apart) while a task's
+            # panel fits in L1; across the panel's width (gathered loads, whole stores) where
+            # it does not (dense 64x50257x768's fallback: 72.0 ms before both, 33.9 ms after;
+            # docs/BENCHMARKS.md).
             transposable = _panel_loops(sch, pack, wl, xi, lanes)
-            if transposable or wl.K * xi * DTYPE_BYTES[wl.dtype] > l1_bytes > 0:
+            edge = not transposable and _edge_packable(wl, xi, lanes) and all(
+                isinstance(sch.get(loop).extent, tirx.IntImm) for loop in sch.get_loops(pack))
+            if transposable or (not edge and wl.K * xi * DTYPE_BYTES[wl.dtype] > l1_bytes > 0):
                 sch.transform_block_layout(pack, index_map)
     loops = sch.get_loops(c)
     batch_loops: List = list(loops[:-3])
@@ -260,6 +265,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     # predicate, which the intrinsic cannot take
     whole = isinstance(cols, tirx.IntImm) and xo > 0 and cols.value % (xo * xi) == 0
     transposed = transposable and whole and _transposed_pack(sch, pack, outer, wl, lanes)
+    if pack is not None and edge:
+        transposed = _edge_transposed_pack(sch, pack, outer, wl, xi, lanes)
     own = sch.get_loops(pack) if pack is not None and not transposed else None
     if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
         _vectorize(sch, own[-1], lanes)
@@ -484,6 +491,157 @@ def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     sch.tensorize(ki, transpose_intrin(wl.dtype, lanes))
     # the intrinsic's body: LLVM IR linked into the kernel's module and inlined there
     _import_llvm(sch, outer, transpose_ir(wl.dtype, lanes))
+    return True
+
+
+def _edge_packable(wl, xi: int, lanes: int) -> bool:
+    """Whether a padded B of ``wl`` (its N past whole panels, or K past whole blocks) may pack
+    by ``_edge_transposed_pack``: stored [N, K], static sizes, a panel of whole blocks and at
+    least one whole block along K."""
+    from tvm import tirx  # noqa: PLC0415
+    sizes = (wl.N, wl.K)
+    return (_transposes(wl, lanes) and xi % lanes == 0
+            and all(isinstance(s, (int, tirx.IntImm)) for s in sizes) and int(wl.K) >= lanes)
+
+
+def _unclamped(e, extent: int):
+    """``e`` without the clamp into [0, extent) that ``_clamp_padded`` puts on an index,
+    ``max(min(x, extent - 1), 0)``."""
+    from tvm import tirx  # noqa: PLC0415
+    if isinstance(e, tirx.Max) and isinstance(e.a, tirx.Min) and \
+            isinstance(e.b, tirx.IntImm) and e.b.value == 0 and \
+            isinstance(e.a.b, tirx.IntImm) and e.a.b.value == extent - 1:
+        return e.a.a
+    return e
+
+
+def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
+    """Pack a padded B stored [N, K] (N past whole panels, K past whole blocks: dense 257x509x131
+    NT) into its panels by lanes x lanes register transposes wherever a block lies inside B,
+    and element by element (the pack's own body: the clamped rows, the zeros past K) at the
+    edges: the blocks of rows past N (the last panel only) and the columns past K's whole
+    blocks. As one vector loop along K, LLVM built the padded pack from a scalar load and a
+    scalar store per element (docs/BENCHMARKS.md). Rewrites the pack's loops under ``outer``
+    (B's order: the task's rows of B, a whole number of panels, then K) in the schedule's
+    state; returns whether it did."""
+    from tvm import ir, s_tir, sym, tirx  # noqa: PLC0415
+    from tvm.ir import Call, TensorLoad  # noqa: PLC0415
+    from tvm.tirx.analysis import undefined_vars  # noqa: PLC0415
+
+    from .common import conjuncts  # noqa: PLC0415
+    from .x86_intrin import transpose_ir, transpose_symbol  # noqa: PLC0415
+
+    loops = sch.get_loops(pack)
+    at = [n for n, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(outer))]
+    own = loops[at[0] + 1:] if at else []
+    if len(own) != 2:
+        return False
+    rows, ks = sch.get(own[0]), sch.get(own[1])
+    realize = ks.body
+    if not (isinstance(realize, s_tir.SBlockRealize) and isinstance(rows.extent, tirx.IntImm)
+            and rows.extent.value % xi == 0 and isinstance(ks.extent, tirx.IntImm)):
+        return False
+    block = realize.block
+    store = block.body
+    if not isinstance(store, tirx.BufferStore) or block.init is not None:
+        return False
+    bind = dict(zip((iv.var for iv in block.iter_vars), realize.iter_values))
+    v_k = [v for v, e in bind.items() if isinstance(e, tirx.Var) and e.same_as(ks.loop_var)]
+    v_n = [v for v, e in bind.items()
+           if any(u.same_as(rows.loop_var) for u in undefined_vars(e, []))]
+    if len(v_k) != 1 or len(v_n) != 1:
+        return False
+    v_k, v_n = v_k[0], v_n[0]
+    # the value: B[.., n, k], its n clamped into B, under a condition that n and k are inside
+    # B (the zeros past K): on a block inside B, B[.., n, k] itself
+    value = load = store.value
+    guarded = isinstance(value, Call) and value.op.name.endswith("if_then_else")
+    if guarded:
+        load = value.args[1]
+    if not isinstance(load, TensorLoad) or len(load.source.shape) < 2:
+        return False
+    src, dst = load.source, store.buffer
+    if not all(isinstance(d, tirx.IntImm) for d in (*src.shape[-2:], dst.shape[-1])):
+        return False  # symbolic sizes (a shape family's kernels, a tied axis)
+    n_rows, k_cols = (d.value for d in src.shape[-2:])
+    inside_b = ((v_n, n_rows), (v_k, k_cols))
+    if guarded and not all(
+            isinstance(c, tirx.LT) and isinstance(c.b, tirx.IntImm) and
+            any(c.a.same_as(v) and c.b.value == size for v, size in inside_b)
+            for c in conjuncts(value.args[0])):
+        return False
+    index = list(load.indices[:-2]) + [_unclamped(load.indices[-2], n_rows),
+                                       _unclamped(load.indices[-1], k_cols)]
+    if not (index[-1].same_as(v_k) and index[-2].same_as(v_n)) or len(store.indices) < 2 or \
+            not store.indices[-2].same_as(v_k) or dst.shape[-1].value != xi or k_cols < lanes:
+        return False
+
+    def substitute(e, values):
+        analyzer = sym.Analyzer()
+        for var, value in values.items():
+            analyzer.bind(var, value)
+        return analyzer.simplify(e)
+
+    def at_offsets(x, k):  # the pack's iter vars where its loops are at (x, k)
+        sub = {rows.loop_var: x, ks.loop_var: k}
+        return {v: substitute(e, sub) for v, e in bind.items()}
+
+    def element_loops(name, x0, k0, k_extent):  # the pack's own body over lanes x k_extent
+        x, k = tirx.Var("x", "int32"), tirx.Var("k", "int32")
+        values = at_offsets(x0 + x, k0 + k)
+        copy = s_tir.SBlock(block.iter_vars, block.reads, block.writes,
+                            f"{block.name_hint}_{name}", block.body, None, block.alloc_buffers,
+                            block.match_buffers, block.annotations)
+        sub = {rows.loop_var: x0 + x, ks.loop_var: k0 + k}
+        inner = s_tir.SBlockRealize([values[iv.var] for iv in block.iter_vars],
+                                    substitute(realize.predicate, sub), copy)
+        return tirx.For(x, 0, lanes, tirx.ForKind.SERIAL,
+                        tirx.For(k, 0, k_extent, tirx.ForKind.SERIAL, inner))
+
+    def transposed(x0, k0):  # one block by the intrinsic's function
+        values = at_offsets(x0, k0)
+        src_at = [substitute(e, values) for e in index]
+        dst_at = [substitute(e, values) for e in store.indices]
+        one = [ir.Range.from_min_extent(e, 1) for e in src_at[:-2]]
+        src_region = tirx.BufferRegion(src, one + [ir.Range.from_min_extent(src_at[-2], lanes),
+                                                   ir.Range.from_min_extent(src_at[-1], lanes)])
+        one = [ir.Range.from_min_extent(e, 1) for e in dst_at[:-2]]
+        dst_region = tirx.BufferRegion(dst, one + [ir.Range.from_min_extent(dst_at[-2], lanes),
+                                                   ir.Range.from_min_extent(dst_at[-1], lanes)])
+        views = [tirx.decl_buffer((lanes, lanes), src.dtype, name,
+                                  strides=[tirx.Var(f"{name}_stride", "int32"), 1],
+                                  elem_offset=tirx.Var(f"{name}_offset", "int32"),
+                                  offset_factor=1) for name in ("S", "D")]
+        S, D = views
+        call = tirx.call_extern("void", transpose_symbol(src.dtype, lanes), D.access_ptr("w"),
+                                tirx.Cast("int64", D.strides[0]), S.access_ptr("r"),
+                                tirx.Cast("int64", S.strides[0]))
+        body = s_tir.SBlock([], [src_region], [dst_region], f"{block.name_hint}_transposed",
+                            tirx.Evaluate(call), None, [],
+                            [s_tir.MatchBufferRegion(S, src_region),
+                             s_tir.MatchBufferRegion(D, dst_region)])
+        return s_tir.SBlockRealize([], tirx.const(True, "bool"), body)
+
+    # Blocks along K outside, across the task's rows inside: the panels are written in order
+    # (a panel of 768 x 16 f32 outgrows L1; writing it in two passes of half its width ran
+    # 5% slower on dense 63x50257x768 than the gathering loop it replaces there).
+    whole_k, row_blocks = k_cols // lanes * lanes, rows.extent.value // lanes
+    xb, kb = tirx.Var("xb", "int32"), tirx.Var("kb", "int32")
+    row0 = at_offsets(xb * lanes, 0)[v_n]
+    inside = row0 + lanes <= n_rows  # the block's rows all within B (all but the last panel)
+    body = tirx.For(kb, 0, k_cols // lanes, tirx.ForKind.SERIAL, tirx.For(
+        xb, 0, row_blocks, tirx.ForKind.SERIAL, tirx.IfThenElse(
+            inside, transposed(xb * lanes, kb * lanes),
+            element_loops("edge", xb * lanes, kb * lanes, lanes))))
+    if ks.extent.value > whole_k:  # K's last columns and its padding
+        xr = tirx.Var("xr", "int32")
+        rest = tirx.For(xr, 0, row_blocks, tirx.ForKind.SERIAL, element_loops(
+            "rest", xr * lanes, whole_k, ks.extent.value - whole_k))
+        # one loop in the schedule's tree for the two (its state replaces a loop by a loop)
+        body = tirx.For(tirx.Var("p", "int32"), 0, 1, tirx.ForKind.SERIAL,
+                        tirx.SeqStmt([body, rest]))
+    sch.state.replace(sch.get_sref(own[0]), body, {})
+    _import_llvm(sch, outer, transpose_ir(src.dtype, lanes))
     return True
 
 

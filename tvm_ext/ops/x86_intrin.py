@@ -25,7 +25,7 @@ def transpose_ir(dtype: str, n: int) -> str:
         raise ValueError(f"transpose of {n} lanes: a power of two >= 2")
     ty = LLVM_TYPES[dtype]
     vec = f"<{n} x {ty}>"
-    out = [f"define void @{_symbol(dtype, n)}(ptr %dst, i64 %ds, ptr %src, i64 %ss) {{"]
+    out = [f"define void @{transpose_symbol(dtype, n)}(ptr %dst, i64 %ds, ptr %src, i64 %ss) {{"]
     for r in range(n):
         out += [f"  %so{r} = mul i64 %ss, {r}",
                 f"  %sp{r} = getelementptr {ty}, ptr %src, i64 %so{r}",
@@ -48,7 +48,7 @@ def transpose_ir(dtype: str, n: int) -> str:
     return "\n".join(out)
 
 
-def _symbol(dtype: str, n: int) -> str:
+def transpose_symbol(dtype: str, n: int) -> str:
     return f"tvm_ext_transpose_{n}_{dtype}"
 
 
@@ -80,7 +80,7 @@ def transpose_intrin(dtype: str, n: int) -> str:
             with T.sblock("root"):
                 T.reads(S[0:n, 0:n])
                 T.writes(D[0:n, 0:n])
-                T.evaluate(T.call_extern("void", _symbol(dtype, n), D.access_ptr("w"),
+                T.evaluate(T.call_extern("void", transpose_symbol(dtype, n), D.access_ptr("w"),
                                          T.Cast("int64", ds), S.access_ptr("r"),
                                          T.Cast("int64", ss)))
         return desc, impl
