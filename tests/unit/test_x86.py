@@ -505,19 +505,21 @@ def test_a_padded_nt_weight_packs_its_whole_blocks_by_register_transposes(target
     past whole blocks) packs every lanes x lanes block that lies inside B by a register
     transpose, and element by element only at its edges: the blocks of the last panel partly
     or wholly past N (N = 497: one row of that panel inside B), and the columns past K's whole
-    blocks. Before, the whole pack was a scalar load and store per element. Answers are
-    numpy's, for f32 and f64, dense and batched."""
+    blocks. Before, the whole pack was a scalar load and store per element. Also where the
+    last task is ragged (3 panels a task on 32: its rows past the panels under a predicate).
+    Answers are numpy's, for f32 and f64, dense and batched."""
     if target is AVX2 and not host_runs_avx2():
         pytest.skip("the host does not run AVX2 code")
     rng = np.random.default_rng(11)
-    for op, shape, dtype in (("dense", (257, 509, 131), "float32"),
-                             ("dense", (23, 497, 64), "float32"),
-                             ("dense", (25, 45, 21), "float64"),
-                             ("batch_matmul", (2, 12, 53, 29), "float32")):
+    for op, shape, dtype, panels in (("dense", (257, 509, 131), "float32", 1),
+                                     ("dense", (23, 497, 64), "float32", 1),
+                                     ("dense", (23, 509, 67), "float32", 3),
+                                     ("dense", (25, 45, 21), "float64", 1),
+                                     ("batch_matmul", (2, 12, 53, 29), "float32", 1)):
         wl = Workload.create(op, shape, dtype, layout="NT")
         task = Task(wl, target)
         lanes = task.facts["vector_lanes"]
-        cfg = next(c for c in (task.config_with({"tile_x": [-1, 1, w] if op == "dense"
+        cfg = next(c for c in (task.config_with({"tile_x": [-1, panels, w] if op == "dense"
                                                  else [-1, w]}) for w in (2 * lanes, lanes))
                    if task.space.is_valid(c))
         assert not divides(wl, cfg), cfg

@@ -504,6 +504,25 @@ def _edge_packable(wl, xi: int, lanes: int) -> bool:
             and all(isinstance(s, (int, tirx.IntImm)) for s in sizes) and int(wl.K) >= lanes)
 
 
+def _holds_inside(pred, row, n_rows: int) -> bool:
+    """Whether block predicate ``pred`` holds wherever the block's row of B, ``row``, is inside
+    B (below ``n_rows``): each of its conjuncts ``e < c`` with ``e`` the row plus a constant
+    (a ragged last task's ``row < padded N``), so that a block inside B may be copied whole."""
+    from tvm import sym, tirx  # noqa: PLC0415
+
+    from .common import conjuncts  # noqa: PLC0415
+    if isinstance(pred, tirx.IntImm) and pred.value:
+        return True
+    analyzer = sym.Analyzer()
+    for cond in conjuncts(pred):
+        if not (isinstance(cond, tirx.LT) and isinstance(cond.b, tirx.IntImm)):
+            return False
+        offset = analyzer.canonical_simplify(cond.a - row)
+        if not (isinstance(offset, tirx.IntImm) and n_rows - 1 + offset.value < cond.b.value):
+            return False
+    return True
+
+
 def _unclamped(e, extent: int):
     """``e`` without the clamp into [0, extent) that ``_clamp_padded`` puts on an index,
     ``max(min(x, extent - 1), 0)``."""
@@ -629,6 +648,8 @@ def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
     xb, kb = tirx.Var("xb", "int32"), tirx.Var("kb", "int32")
     row0 = at_offsets(xb * lanes, 0)[v_n]
     inside = row0 + lanes <= n_rows  # the block's rows all within B (all but the last panel)
+    if not _holds_inside(realize.predicate, bind[v_n], n_rows):
+        return False  # the block's predicate may exclude rows of B
     body = tirx.For(kb, 0, k_cols // lanes, tirx.ForKind.SERIAL, tirx.For(
         xb, 0, row_blocks, tirx.ForKind.SERIAL, tirx.IfThenElse(
             inside, transposed(xb * lanes, kb * lanes),
