@@ -506,7 +506,8 @@ def test_a_padded_nt_weight_packs_its_whole_blocks_by_register_transposes(target
     transpose, and element by element only at its edges: the blocks of the last panel partly
     or wholly past N (N = 497: one row of that panel inside B), and the columns past K's whole
     blocks. Before, the whole pack was a scalar load and store per element. Also where the
-    last task is ragged (3 panels a task on 32: its rows past the panels under a predicate).
+    last task is ragged (3 panels a task on 32, 4 on 3 or 6: its rows past the panels under a
+    predicate), B padded or not.
     Answers are numpy's, for f32 and f64, dense and batched."""
     if target is AVX2 and not host_runs_avx2():
         pytest.skip("the host does not run AVX2 code")
@@ -514,6 +515,7 @@ def test_a_padded_nt_weight_packs_its_whole_blocks_by_register_transposes(target
     for op, shape, dtype, panels in (("dense", (257, 509, 131), "float32", 1),
                                      ("dense", (23, 497, 64), "float32", 1),
                                      ("dense", (23, 509, 67), "float32", 3),
+                                     ("dense", (23, 96, 64), "float32", 4),
                                      ("dense", (25, 45, 21), "float64", 1),
                                      ("batch_matmul", (2, 12, 53, 29), "float32", 1)):
         wl = Workload.create(op, shape, dtype, layout="NT")

@@ -216,7 +216,11 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             # panel fits in L1; across the panel's width (gathered loads, whole stores) where
             # it does not (dense 64x50257x768's fallback: 72.0 ms before both, 33.9 ms after;
             # docs/BENCHMARKS.md).
-            transposable = _panel_loops(sch, pack, wl, xi, lanes)
+            # A ragged last task (its columns no whole number of the task's panels) packs
+            # under a predicate, which the transposes' intrinsic cannot take: the edge pack.
+            cols = sch.get(sch.get_loops(c)[-2]).extent
+            ragged = not (isinstance(cols, tirx.IntImm) and xo > 0 and cols.value % (xo * xi) == 0)
+            transposable = _panel_loops(sch, pack, wl, xi, lanes) and not ragged
             edge = not transposable and _edge_packable(wl, xi, lanes) and all(
                 isinstance(sch.get(loop).extent, tirx.IntImm) for loop in sch.get_loops(pack))
             if transposable or (not edge and wl.K * xi * DTYPE_BYTES[wl.dtype] > l1_bytes > 0):
