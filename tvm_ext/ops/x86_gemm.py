@@ -176,7 +176,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     ki = tile_k[-1]
     c = sch.get_sblock(MATMUL_BLOCK)
     tail = None
-    edge = False  # a padded B stored [N, K], packed by ``_edge_transposed_pack``
+    edge = False  # B stored [N, K], padded or in a ragged last task: ``_edge_transposed_pack``
     try:
         pack = None if prepacked else sch.get_sblock("B_packed")
         transposable = pack is not None  # the packed compute's pack: its panels' order
@@ -210,17 +210,15 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         if wl.transpose_b and tail is None:
             # Where B itself is not padded, in whole blocks: the pack's loops in the panels'
             # order, as the packed compute's, and its register transposes. A padded B of
-            # static sizes: its whole blocks by transposes too, the rest element by element,
-            # in B's order (``_edge_transposed_pack``, below). Else in a vector loop: along K
-            # (rows of B loaded whole, their values stored a panel row apart) while a task's
-            # panel fits in L1; across the panel's width (gathered loads, whole stores) where
-            # it does not (dense 64x50257x768's fallback: 72.0 ms before both, 33.9 ms after;
-            # docs/BENCHMARKS.md).
-            # A ragged last task (its columns no whole number of the task's panels) packs
-            # under a predicate, which the transposes' intrinsic cannot take: the edge pack.
-            cols = sch.get(sch.get_loops(c)[-2]).extent
-            ragged = not (isinstance(cols, tirx.IntImm) and xo > 0 and cols.value % (xo * xi) == 0)
-            transposable = _panel_loops(sch, pack, wl, xi, lanes) and not ragged
+            # static sizes, or one whose last task is ragged (packed under a predicate, which
+            # the intrinsic cannot take): its whole blocks by transposes too, the rest element
+            # by element, in B's order (``_edge_transposed_pack``, below). Else in a vector
+            # loop: along K (rows of B loaded whole, their values stored a panel row apart)
+            # while a task's panel fits in L1; across the panel's width (gathered loads, whole
+            # stores) where it does not (dense 64x50257x768's fallback: 72.0 ms before both,
+            # 33.9 ms after; docs/BENCHMARKS.md).
+            whole = _whole_tasks(sch.get(sch.get_loops(c)[-2]).extent, xo, xi)
+            transposable = _panel_loops(sch, pack, wl, xi, lanes) and whole
             edge = not transposable and _edge_packable(wl, xi, lanes) and all(
                 isinstance(sch.get(loop).extent, tirx.IntImm) for loop in sch.get_loops(pack))
             if transposable or (not edge and wl.K * xi * DTYPE_BYTES[wl.dtype] > l1_bytes > 0):
@@ -267,7 +265,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         _clamp_padded(sch, c, "A", -1 if wl.transpose_a else -2)  # its M index
     # a ragged last task (its columns not a whole number of the task's panels) packs under a
     # predicate, which the intrinsic cannot take
-    whole = isinstance(cols, tirx.IntImm) and xo > 0 and cols.value % (xo * xi) == 0
+    whole = _whole_tasks(cols, xo, xi)
     transposed = transposable and whole and _transposed_pack(sch, pack, outer, wl, lanes)
     if pack is not None and edge:
         transposed = _edge_transposed_pack(sch, pack, outer, wl, xi, lanes)
@@ -498,10 +496,16 @@ def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     return True
 
 
+def _whole_tasks(cols, xo: int, xi: int) -> bool:
+    """Whether ``cols`` columns are a whole number of tasks of ``xo`` panels ``xi`` wide."""
+    from tvm import tirx  # noqa: PLC0415
+    return isinstance(cols, tirx.IntImm) and xo > 0 and cols.value % (xo * xi) == 0
+
+
 def _edge_packable(wl, xi: int, lanes: int) -> bool:
-    """Whether a padded B of ``wl`` (its N past whole panels, or K past whole blocks) may pack
-    by ``_edge_transposed_pack``: stored [N, K], static sizes, a panel of whole blocks and at
-    least one whole block along K."""
+    """Whether a B of ``wl`` that the register transposes' intrinsic cannot pack (padded, or
+    in a ragged last task) may pack by ``_edge_transposed_pack``: stored [N, K], static sizes,
+    a panel of whole blocks and at least one whole block along K."""
     from tvm import tirx  # noqa: PLC0415
     sizes = (wl.N, wl.K)
     return (_transposes(wl, lanes) and xi % lanes == 0
@@ -543,10 +547,12 @@ def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
     NT) into its panels by lanes x lanes register transposes wherever a block lies inside B,
     and element by element (the pack's own body: the clamped rows, the zeros past K) at the
     edges: the blocks of rows past N (the last panel only) and the columns past K's whole
-    blocks. As one vector loop along K, LLVM built the padded pack from a scalar load and a
-    scalar store per element (docs/BENCHMARKS.md). Rewrites the pack's loops under ``outer``
-    (B's order: the task's rows of B, a whole number of panels, then K) in the schedule's
-    state; returns whether it did."""
+    blocks; also under a ragged last task's predicate where it only drops rows past B
+    (``_holds_inside``). As one vector loop along K, LLVM built the padded pack from a scalar
+    load and a scalar store per element (docs/BENCHMARKS.md). Rewrites the pack's loops under
+    ``outer``
+    (B's order: the task's rows of B, a whole number of panels, then K) in the schedule's state;
+    returns whether it did."""
     from tvm import ir, s_tir, sym, tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
     from tvm.tirx.analysis import undefined_vars  # noqa: PLC0415
