@@ -550,9 +550,8 @@ def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
     blocks; also under a ragged last task's predicate where it only drops rows past B
     (``_holds_inside``). As one vector loop along K, LLVM built the padded pack from a scalar
     load and a scalar store per element (docs/BENCHMARKS.md). Rewrites the pack's loops under
-    ``outer``
-    (B's order: the task's rows of B, a whole number of panels, then K) in the schedule's state;
-    returns whether it did."""
+    ``outer`` (B's order: the task's rows of B, a whole number of panels, then K) in the
+    schedule's state; returns whether it did."""
     from tvm import ir, s_tir, sym, tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
     from tvm.tirx.analysis import undefined_vars  # noqa: PLC0415
@@ -652,8 +651,8 @@ def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
         return s_tir.SBlockRealize([], tirx.const(True, "bool"), body)
 
     # Blocks along K outside, across the task's rows inside: the panels are written in order
-    # (a panel of 768 x 16 f32 outgrows L1; writing it in two passes of half its width ran
-    # 5% slower on dense 63x50257x768 than the gathering loop it replaces there).
+    # (a panel of 768 x 16 f32 outgrows L1; written in two passes of half its width, dense
+    # 63x50257x768's pack measured slower than the gathering loop it replaces there).
     whole_k, row_blocks = k_cols // lanes * lanes, rows.extent.value // lanes
     xb, kb = tirx.Var("xb", "int32"), tirx.Var("kb", "int32")
     row0 = at_offsets(xb * lanes, 0)[v_n]
