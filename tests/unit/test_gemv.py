@@ -156,24 +156,28 @@ def test_a_padded_m_reads_the_last_row_of_a_not_a_guarded_zero(op, shape, layout
     _check(task, cfg, np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("shape,across", [((37, 61, 17), False), ((37, 61, 1024), True)],
+@pytest.mark.parametrize("shape,large", [((37, 61, 17), False), ((37, 61, 1024), True)],
                          ids=str)
-def test_a_padded_n_packs_the_last_column_of_b_without_a_guard(shape, across):
+def test_a_padded_n_packs_the_last_column_of_b_without_a_guard(shape, large):
     """Columns of B past N (a weight stored [N, K] padded to the panels) are packed as B's
     last column, a load with no guard (a branch per element of the pack: the CPU bench's
-    lm_head row, GPT-2's vocabulary); the pack runs along K while a task's panel fits in L1,
-    across the panel's width where it does not. The answers match numpy."""
+    lm_head row, GPT-2's vocabulary). The blocks inside B go by register transposes
+    (``_edge_transposed_pack``), whether a task's panel fits in L1 or not (``large``: it did
+    not, and such a pack ran across the panel's width); the elements at the edges by the
+    clamped load, in B's order. The answers match numpy."""
     wl = Workload.create("dense", shape, layout="NT")
     task = Task(wl, CPU)
     cfg = task.fallback_config()
     xi = cfg["tile_x"].size[-1]
-    assert wl.N % xi and (wl.K * xi * 4 > task.facts["l1d_bytes"]) == across
-    pack = [line.strip() for line in task.instantiate(cfg).script().splitlines()
+    assert wl.N % xi and (wl.K * xi * 4 > task.facts["l1d_bytes"]) == large
+    script = task.instantiate(cfg).script()
+    assert f"tvm_ext_transpose_{task.facts['vector_lanes']}_float32" in script
+    pack = [line.strip() for line in script.splitlines()
             if line.strip().startswith("B_pad_global[")]
     assert pack and all("T.min(" in line and f", {wl.N - 1})" in line for line in pack), pack
     assert all(f"< {wl.N}" not in line for line in pack), pack
-    # across: the block's iterators in the panels' order (panel, k, column in the panel)
-    assert all((f"v0 * {xi} + v2" in line) == across for line in pack), pack
+    # B's order (row, k), not the panels' (panel, k, column in the panel)
+    assert all(f"v0 * {xi} + v2" not in line for line in pack), pack
     _check(task, cfg, np.random.default_rng(0))
 
 
