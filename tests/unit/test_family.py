@@ -194,6 +194,16 @@ def test_generic_kernel_any_layout_and_size(op, text, layout):
     _check_all(lib, fam, shapes + fits)
 
 
+def test_a_weight_of_symbolic_n_packs_across_its_panels_where_they_outgrow_l1():
+    """The generic kernel of a family whose N varies, B stored [N, K] with K = 600 (a panel of
+    16 columns is 38 KB, past L1): its padded B packs across each panel's width (the
+    transposes need static sizes; ``_edge_transposed_pack``). Right for N of whole panels,
+    of a ragged last panel and below one panel."""
+    fam = Family.parse("5x?x600", "dense", layout="NT")
+    lib = F.build_family(fam, CPU, logs=[])  # no log: the generic kernel alone
+    _check_all(lib, fam, [(1, 5, 64, 600), (1, 5, 61, 600), (1, 5, 7, 600)])
+
+
 # ---- tuning, the log's family line, and apply ----
 
 @pytest.fixture(scope="module")
