@@ -416,12 +416,11 @@ def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
     """B stored [N, K] is packed into its [K, xi] panels by lanes x lanes blocks transposed in
     registers (``x86_intrin``: LLVM IR imported into the kernel and inlined), not by a vector
     loop that gathers each vector at a stride of K; B stored [K, N] packs by plain copies. The
-    answers match numpy for f32 and f64; in the packed compute, a K that is no whole number of
-    blocks keeps the vector loop. So do kernels of the plain matmul compute, packed in the
-    schedule (the form of Relax's and MetaSchedule's matmuls, and of shapes the tiles do not
-    divide), where B itself is packed (only M padded: 23 rows), and where B is padded (N = 120,
-    K = 62) or its K is no whole number of blocks: its whole blocks by transposes, the rest
-    element by element (``_edge_transposed_pack``)."""
+    answers match numpy for f32 and f64. So do kernels of the plain matmul compute, packed in
+    the schedule (the form of Relax's and MetaSchedule's matmuls, and of shapes the tiles do not
+    divide), where B itself is packed (only M padded: 23 rows). Where B is padded (N = 120,
+    K = 62) or its K is no whole number of blocks (K = 40 on AVX-512), in either compute: its
+    whole blocks by transposes, the rest element by element (``_edge_transposed_pack``)."""
     rng = np.random.default_rng(3)
     for op, shape, dtype in (("dense", (24, 128, 64), "float32"),
                              ("batch_matmul", (2, 24, 64, 48), "float32"),
@@ -436,9 +435,8 @@ def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
         cfg = task.fallback_config()
         lanes = task.facts["vector_lanes"]
         nt = layout != "NN" and cfg["tile_x"].size[-1] % lanes == 0
-        # the packed compute: whole blocks only; the plain one: any K of a block or more
         funcs = [(task.template.make_func(wl, cfg, task.facts, task.target),
-                  nt and (wl.K % lanes == 0 if divides(wl, cfg) else wl.K >= lanes))]
+                  nt and wl.K >= lanes)]
         if op == "dense" and divides(wl, cfg):  # the same config on the plain compute
             sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(
                 matmul_compute(wl))}))
@@ -744,15 +742,20 @@ def test_a_panel_one_column_wide_builds():
     np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
 
 
-def test_a_ragged_last_task_packs_without_the_register_transposes():
+def test_a_ragged_last_task_packs_by_the_edge_pack():
     """N = 96 in tasks of 4 panels of 16 columns: the last task's pack runs under a predicate,
     which the transpose intrinsic cannot take (tensorize failed and such configs were build
-    errors). It packs by the vector loop there, and is right."""
+    errors). Its blocks inside B pack by the transposes all the same, the rows past N under
+    the predicate (``_edge_transposed_pack``), and the answer is right."""
     wl = Workload.create("dense", (24, 96, 64), layout="NT")
     task = Task(wl, "llvm")
     cfg = task.space.config_from_values({"tile_y": [-1, 1, 3], "tile_x": [-1, 4, 16],
                                          "tile_k": [-1, 4], "tile_inner": [-1, 3], "nt_store": 0})
-    assert task.space.is_valid(cfg) and wl.N % (4 * 16)
+    assert task.space.is_valid(cfg) and wl.N % (4 * 16) and divides(wl, cfg)
+    script = task.template.make_func(wl, cfg, task.facts, task.target).script()
+    lanes = task.facts["vector_lanes"]
+    assert f"tvm_ext_transpose_{lanes}_float32" in script and '"B_packed_edge"' in script
+    assert "T.where" in script.split('"B_packed_edge"')[1].split("T.reads")[0]
     lib = task.build(cfg)
     a, b = random_inputs(wl, np.random.default_rng(6))
     kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)

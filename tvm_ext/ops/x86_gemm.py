@@ -180,6 +180,15 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     try:
         pack = None if prepacked else sch.get_sblock("B_packed")
         transposable = pack is not None  # the packed compute's pack: its panels' order
+        if transposable and wl.transpose_b and not (
+                _whole_tasks(sch.get(sch.get_loops(c)[-2]).extent, xo, xi)
+                and wl.K % lanes == 0) and _edge_packable(wl, xi, lanes):
+            # A ragged last task or a K of no whole number of blocks: the edge pack (below),
+            # its loops in B's order
+            batched_b = wl.op != "dense"
+            sch.transform_block_layout(pack, lambda b, z, k, x: (
+                (b, z * xi + x, k) if batched_b else (z * xi + x, k)))
+            transposable, edge = False, True
     except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
         transposable = False
         tail = _split_off_tail(sch, c, wl, tile_y, tile_x, ki, lanes)
