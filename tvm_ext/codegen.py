@@ -265,12 +265,10 @@ def _lane_bounds(pred, lane, extent):
     first and last lane is holding on all of them)."""
     from tvm import sym, tirx  # noqa: PLC0415
 
-    from .ops.common import conjuncts  # noqa: PLC0415
+    from .ops.common import conjuncts, substitute  # noqa: PLC0415
 
     def at(e, value):
-        analyzer = sym.Analyzer()
-        analyzer.bind(lane, tirx.IntImm(str(extent.ty), value))
-        return analyzer.simplify(e)
+        return substitute(e, {lane: tirx.IntImm(str(extent.ty), value)})
 
     keep, whole = [], []
     for cond in conjuncts(pred):

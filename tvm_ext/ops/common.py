@@ -176,3 +176,13 @@ def conjuncts(cond) -> list:
     """The terms of a condition's chain of ``and``s (the condition itself if it has none)."""
     from tvm import tirx  # noqa: PLC0415
     return conjuncts(cond.a) + conjuncts(cond.b) if isinstance(cond, tirx.And) else [cond]
+
+
+def substitute(expr, values):
+    """``expr`` with each var of ``values`` ({var: expression}) replaced by its expression,
+    simplified."""
+    from tvm import sym  # noqa: PLC0415
+    analyzer = sym.Analyzer()
+    for var, value in values.items():
+        analyzer.bind(var, value)
+    return analyzer.simplify(expr)

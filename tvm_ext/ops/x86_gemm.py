@@ -178,19 +178,20 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     tail = None
     edge = False  # B stored [N, K], padded or in a ragged last task: ``_edge_transposed_pack``
     try:
-        pack = None if prepacked else sch.get_sblock("B_packed")
-        transposable = pack is not None  # the packed compute's pack: its panels' order
-        if transposable and wl.transpose_b and not (
-                _whole_tasks(sch.get(sch.get_loops(c)[-2]).extent, xo, xi)
-                and wl.K % lanes == 0) and _edge_packable(wl, xi, lanes):
-            # A ragged last task or a K of no whole number of blocks: the edge pack (below),
-            # its loops in B's order
-            batched_b = wl.op != "dense"
-            sch.transform_block_layout(pack, lambda b, z, k, x: (
-                (b, z * xi + x, k) if batched_b else (z * xi + x, k)))
-            transposable, edge = False, True
+        pack, plain = None if prepacked else sch.get_sblock("B_packed"), False
     except Exception:  # the plain matmul compute (MetaSchedule, Relax): pack in the schedule
-        transposable = False
+        pack, plain = None, True
+    transposable = pack is not None  # the packed compute's pack: its panels' order
+    if transposable and wl.transpose_b and not (
+            _whole_tasks(sch.get(sch.get_loops(c)[-2]).extent, xo, xi)
+            and wl.K % lanes == 0) and _edge_packable(wl, xi, lanes):
+        # The packed compute's pack of a ragged last task or of a K of no whole number of
+        # blocks: the edge pack (below), its loops in B's order
+        batched = wl.op != "dense"
+        sch.transform_block_layout(pack, lambda b, z, k, x: (
+            (b, z * xi + x, k) if batched else (z * xi + x, k)))
+        transposable, edge = False, True
+    if plain:
         tail = _split_off_tail(sch, c, wl, tile_y, tile_x, ki, lanes)
         if tail is not None:
             c = sch.get_sblock(MATMUL_BLOCK + "_j0")
@@ -561,11 +562,11 @@ def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
     load and a scalar store per element (docs/BENCHMARKS.md). Rewrites the pack's loops under
     ``outer`` (B's order: the task's rows of B, a whole number of panels, then K) in the
     schedule's state; returns whether it did."""
-    from tvm import ir, s_tir, sym, tirx  # noqa: PLC0415
+    from tvm import ir, s_tir, tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
     from tvm.tirx.analysis import undefined_vars  # noqa: PLC0415
 
-    from .common import conjuncts  # noqa: PLC0415
+    from .common import conjuncts, substitute  # noqa: PLC0415
     from .x86_intrin import transpose_ir, transpose_symbol  # noqa: PLC0415
 
     loops = sch.get_loops(pack)
@@ -612,12 +613,6 @@ def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
     if not (index[-1].same_as(v_k) and index[-2].same_as(v_n)) or len(store.indices) < 2 or \
             not store.indices[-2].same_as(v_k) or dst.shape[-1].value != xi or k_cols < lanes:
         return False
-
-    def substitute(e, values):
-        analyzer = sym.Analyzer()
-        for var, value in values.items():
-            analyzer.bind(var, value)
-        return analyzer.simplify(e)
 
     def at_offsets(x, k):  # the pack's iter vars where its loops are at (x, k)
         sub = {rows.loop_var: x, ks.loop_var: k}
