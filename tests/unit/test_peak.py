@@ -1,5 +1,6 @@
 """The FMA-peak bench (issue 25, item 4): a register-only FMA kernel, its sum checked."""
 from tvm_ext.bench import peak
+from tvm_ext.workload import Workload
 
 
 def test_peak_kernel_sums_right_and_reports_a_rate():
@@ -49,6 +50,28 @@ def test_peak_kernel_keeps_every_operand_in_registers():
     assert not [line for line in loop if "rsp" in line]  # no spill, no reload
     # every FMA's operands are registers: the broadcast, the invariant vector, its accumulator
     assert all(re.search(r"vfmadd231ps\s+%ymm\d+, %ymm\d+, %ymm\d+", asm[i]) for i in fmas)
+
+
+def test_ladder_times_each_rows_micro_kernel_and_its_kernel_after_checking_them():
+    """``--ladder``: per row, its config's micro-kernel with A and B in L1 and with A read from
+    memory, and the row's kernel, each checked against numpy (``ladder`` asserts them) and
+    timed in turn; the tile and K step in the labels are the config's (here the fallback's);
+    a batched row, and an M that the register tile does not divide (A's whole tiles read)."""
+    from tvm_ext.dispatch import apply_history_best, choose
+    from tvm_ext.target import host_cpu_target
+    suite = {"d": Workload.create("dense", (50, 64, 40), layout="NN"),
+             "b": Workload.create("batch_matmul", (2, 32, 48, 24))}
+    rows = peak.ladder(suite, None, repeat=1)
+    want = []
+    for key, wl in suite.items():
+        with apply_history_best([]):
+            task, choice = choose(wl, host_cpu_target())
+        r, w, ki = (choice.config[n].size[-1] for n in ("tile_y", "tile_x", "tile_k"))
+        want += [(key, f"{r} x {w}, tile_k {ki}: A and B in L1"),
+                 (key, f"{r} x {w}, tile_k {ki}: A's {wl.M // r * r} x {wl.K} from memory"),
+                 (key, f"the row's kernel ({task.name} fallback)")]
+    assert [(key, label) for key, label, _ in rows] == want
+    assert all(best >= med > 0 for _, _, (med, best) in rows)
 
 
 def test_prepacked_rows_time_both_kernels_after_checking_them():

@@ -16,9 +16,12 @@ reading its weight takes (``read_kernel``), sampled in turn with numpy's and our
 reads each weight element once for one FMA is bound by the memory, not by the FMAs.
 ``--weights``: the dense row's kernel on the same M and K with N from 256 to 6144 columns, its
 weight packed at every call and packed ahead, in turn (``weight_sweep``): its share of the peak
-as its weight outgrows the caches.
+as its weight outgrows the caches. ``--ladder``: each large row's micro-kernel (its config's
+register tile and K step) with its operands at two distances, beside the row's kernel, in turn
+(``ladder``): A and B in L1, and A's rows read from memory as the row's kernel reads them.
 
-    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--weights] [--target T]
+    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--weights] [--ladder]
+        [--target T]
 
 ``--target``: an llvm target to build every kernel for instead of the host's (AVX2 code on an
 AVX-512 host: ``'{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}'``), its peak kernel of that
@@ -120,6 +123,9 @@ def main(argv=None) -> int:
     p.add_argument("--weights", action="store_true",
                    help="also run the dense row's kernel with N from 256 to 6144 (its weight "
                    "from 0.8 to 19 MB), packed at every call and packed ahead, in turn")
+    p.add_argument("--ladder", action="store_true",
+                   help="also run each large row's micro-kernel with A and B in L1 and with A "
+                   "read from memory, beside the row's kernel, in turn")
     p.add_argument("--target", help="build for this llvm target instead of the host's, e.g. "
                    "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\", \"num-cores\": 2}' (AVX2 "
                    "code on an AVX-512 host)")
@@ -174,6 +180,15 @@ def main(argv=None) -> int:
             print(f"{key}: writing its {mb:.1f} MB output takes "
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")
+    if args.ladder:
+        rows = ladder({k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")},
+                      shipped, repeat=max(9, args.repeat), target=target)
+        peak = peak_again()
+        print(f"each row's micro-kernel (its register tile and K step), in turn with the row's "
+              f"kernel (median GFLOP/s, share of the peak {peak:.1f}; its best sample's share)")
+        for key, label, (med, best) in rows:
+            print(f"  {key:<10} {label:<58} {med:7.1f} GFLOP/s  {med / peak:6.1%} "
+                  f"(best {best / peak:.1%})")
     if args.weights:
         wl = CPU_SUITE["dense"]
         rows = weight_sweep(wl, shipped, repeat=max(15, args.repeat), target=target)
@@ -350,6 +365,103 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
     samples = _in_turn(calls, repeat)
     return [(n, sizes[n], label, (float(np.median(v)) * 1e3, min(v) * 1e3))
             for (n, label), v in samples.items()]
+
+
+def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: int,
+                 streamed: bool, lanes: int, target):
+    """(module, flops per call) of a GEMM micro-kernel alone, as the x86 templates build it: a
+    rows x width register tile of C, K unrolled by ``ki``, each step ``width / lanes`` vector
+    loads of a B panel [k, width] and ``rows`` broadcasts from A's rows, one parallel task per
+    thread, each with a B panel of its own. ``tiles`` register tiles a task, each a sum over
+    ``k``; their A is the same ``rows`` rows (``streamed`` False: A and B stay in L1 where
+    ``k`` is small) or ``tiles`` x ``rows`` rows of their own, read in order, every task all of
+    them, as each task of the templates reads A (``streamed``: A from memory). Arguments A
+    (rows or tiles x rows, k), B (threads, k, width), C (threads, tiles, rows, width)."""
+    import tvm  # noqa: PLC0415
+    from tvm import s_tir, te  # noqa: PLC0415
+
+    from ..codegen import compile_module  # noqa: PLC0415
+    from ..ops.x86_gemm import _vectorize  # noqa: PLC0415
+    A = te.placeholder((tiles * rows if streamed else rows, k), "float32", name="A")
+    B = te.placeholder((threads, k, width), "float32", name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((threads, tiles, rows, width), lambda p, t, i, j: te.sum(
+        A[t * rows + i if streamed else i, r] * B[p, r, j], axis=r), name="C")
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([A, B, C])}))
+    block = sch.get_sblock("C")
+    p, t, i, j, kk = sch.get_loops(block)
+    ko, kin = sch.split(kk, [None, ki])
+    sch.reorder(p, t, ko, kin, i, j)
+    acc = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc, t)
+    sch.parallel(p)
+    sch.unroll(kin)
+    sch.unroll(i)
+    _vectorize(sch, j, lanes)
+    _vectorize(sch, sch.get_loops(acc)[-1], lanes)
+    sch.decompose_reduction(block, ko)
+    return compile_module(sch.mod, target), 2.0 * threads * tiles * rows * width * k
+
+
+def ladder(suite, log, repeat: int = 9, target=None):
+    """[(row, label, (median GFLOP/s, best GFLOP/s))]: for each matmul workload of ``suite``
+    ({row: workload}), the register tile (``tile_y[-1]`` x ``tile_x[-1]``) and K step of the
+    config that ``log`` gives it (its record, else its fallback) as ``micro_kernel``s, a task
+    a thread: with A's ``rows`` rows and a B panel 256 deep reused (in L1), and with the
+    row's M x K of A read from memory by every task, each with a B panel of its own (as every
+    task of the row's kernel reads A); and the row's kernel itself. All of them checked
+    against numpy and sampled in turn (``cpu._in_turn``): what the micro-kernel does at best
+    on this host, and what reading A costs it."""
+    import numpy as np  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+
+    from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..dispatch import apply_history_best, choose  # noqa: PLC0415
+    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
+    from .cpu import _in_turn  # noqa: PLC0415
+    threads = use_host_cores()
+    target = target or host_cpu_target()
+    lanes = hardware_facts(target)["vector_lanes"]
+    rng = np.random.default_rng(0)
+    calls, flops = {}, {}
+    for key, wl in suite.items():
+        with apply_history_best([log] if log else []):
+            task, choice = choose(wl, target)
+        cfg = choice.config
+        rows, width, ki = (cfg[n].size[-1] for n in ("tile_y", "tile_x", "tile_k"))
+        tile = f"{rows} x {width}, tile_k {ki}"
+        for label, k, tiles, streamed in (
+                (f"{tile}: A and B in L1", 256, 4 * wl.M // rows, False),
+                (f"{tile}: A's {wl.M // rows * rows} x {wl.K} from memory", wl.K,
+                 wl.M // rows, True)):
+            mod, flop = micro_kernel(threads, rows, width, ki, k - k % ki, tiles, streamed,
+                                     lanes, target)
+            a = rng.uniform(-1, 1, (tiles * rows if streamed else rows, k - k % ki))
+            b = rng.uniform(-1, 1, (threads, k - k % ki, width))
+            args = [tvm.runtime.tensor(x.astype("float32")) for x in (a, b)] + [
+                tvm.runtime.empty((threads, tiles, rows, width), "float32", tvm.cpu())]
+            mod["main"](*args)
+            want = (a.reshape(tiles, rows, -1) if streamed else a) @ b[:, None]
+            np.testing.assert_allclose(args[2].numpy(), np.broadcast_to(
+                want, (threads, tiles, rows, width)), rtol=1e-4, atol=1e-3)
+            calls[(key, label)] = functools.partial(mod["main"], *args)
+            flops[(key, label)] = flop
+        a, b = random_inputs(wl, rng)
+        args = [tvm.runtime.tensor(a), tvm.runtime.tensor(b),
+                tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
+        f = task.build(cfg)["main"]
+        f(*args)
+        aa = np.swapaxes(a, -1, -2) if wl.transpose_a else a
+        np.testing.assert_allclose(args[2].numpy(), aa @ (
+            np.swapaxes(b, -1, -2) if wl.transpose_b else b), rtol=1e-4, atol=1e-3)
+        label = f"the row's kernel ({task.name} {'tuned' if choice.tuned else 'fallback'})"
+        calls[(key, label)] = functools.partial(f, *args)
+        flops[(key, label)] = wl.flop
+    samples = _in_turn(calls, repeat)
+    return [(key, label, (flops[(key, label)] / float(np.median(v)) / 1e9,
+                          flops[(key, label)] / min(v) / 1e9))
+            for (key, label), v in samples.items()]
 
 
 def prepacked_rows(wl, log, repeat: int = 7, target=None):
