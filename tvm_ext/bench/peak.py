@@ -151,7 +151,8 @@ def main(argv=None) -> int:
         return max(r["gflops"], measure(args.steps, args.repeat, target)["gflops"])
 
     print(f"FMA peak: {r['gflops']:.1f} GFLOP/s (median {r['gflops_median']:.1f}) on "
-          f"{r['threads']} threads, {r['lanes']}-lane f32 vectors, {r['chains']} chains a thread"
+          f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {r['lanes']}-lane f32 "
+          f"vectors, {r['chains']} chains a thread"
           + (f" (llvm {target.attrs.get('mcpu', '')})" if target is not None else ""))
     if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
         from ..workload import DTYPE_BYTES  # noqa: PLC0415
