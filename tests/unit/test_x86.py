@@ -588,17 +588,27 @@ def small_l3(monkeypatch):
                         lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024})
 
 
-@pytest.mark.parametrize("op,shape,layout,tile_x", [
-    ("batch_matmul", (2, 16, 128, 24), "NT", 64),  # 4 x 64 f32: a 1024-byte register tile
-    ("batch_matmul", (3, 8, 48, 20), "NN", 16),
-    ("dense", (32, 96, 40), "NT", 32),
-    ("dense", (16, 64, 24), "TN", 64),
-    # 48 lanes: 3 AVX-512 vectors (6 AVX2 ones), a micro-kernel of unrolled vectors whose
+def _host_tile(task, vectors: int):
+    """(rows, width) of a register tile ``vectors`` vectors wide on the host's ISA (16 f32
+    lanes and 32 registers on AVX-512, 8 and 16 on AVX2), with at most 4 rows and as many as
+    its registers hold beside a row of B and a broadcast: the tests below run their kernels,
+    so they build for the host, whichever ISA it has."""
+    lanes, regs = task.facts["vector_lanes"], task.facts["vector_registers"]
+    return min(4, (regs - 1 - vectors) // vectors), vectors * lanes
+
+
+@pytest.mark.parametrize("op,shape,layout,vectors", [
+    # 4 vectors: on AVX-512 4 x 64 f32, a 1024-byte register tile (2 x 32 on AVX2)
+    ("batch_matmul", (2, 16, 128, 24), "NT", 4),
+    ("batch_matmul", (3, 8, 48, 20), "NN", 1),
+    ("dense", (32, 96, 40), "NT", 2),
+    ("dense", (16, 64, 24), "TN", 4),
+    # 3 vectors (48 lanes on AVX-512, 24 on AVX2): a micro-kernel of unrolled vectors whose
     # write-back is one loop for the intrinsic
-    ("batch_matmul", (2, 8, 96, 24), "NT", 48),
-    ("dense", (16, 96, 40), "NN", 48),
+    ("batch_matmul", (2, 8, 96, 24), "NT", 3),
+    ("dense", (16, 96, 40), "NN", 3),
 ])
-def test_nt_store_writes_c_by_non_temporal_stores(op, shape, layout, tile_x, small_l3):
+def test_nt_store_writes_c_by_non_temporal_stores(op, shape, layout, vectors, small_l3):
     """``nt_store`` = 1: the register tile accumulates in a local copy (in registers, whatever
     its size: no memset) and each of its rows goes to C by non-temporal stores
     (``vmovntps``), each parallel task ending with an ``sfence``; the answer is unchanged
@@ -606,10 +616,11 @@ def test_nt_store_writes_c_by_non_temporal_stores(op, shape, layout, tile_x, sma
     wl = Workload.create(op, shape, layout=layout)
     template = "batch_matmul.x86" if op == "batch_matmul" else "dense_pack.x86"
     task = Task(wl, "llvm", template=template)
-    tiles = {"tile_y": [-1, 4], "tile_x": [-1, tile_x]} if op == "batch_matmul" else \
-        {"tile_y": [-1, 2, 4], "tile_x": [-1, 1, tile_x]}
+    rows, tile_x = _host_tile(task, vectors)
+    tiles = {"tile_y": [-1, rows], "tile_x": [-1, tile_x]} if op == "batch_matmul" else \
+        {"tile_y": [-1, 2, rows], "tile_x": [-1, 1, tile_x]}
     values = {**task.fallback_config().values_dict(), **tiles, "tile_k": [-1, 4],
-              "tile_inner": [-1, 4]}
+              "tile_inner": [-1, rows]}
     a, b = random_inputs(wl, np.random.default_rng(6))
     for nt in (1, 0):
         cfg = task.space.config_from_values({**values, "nt_store": nt})
@@ -626,9 +637,9 @@ def test_nt_store_writes_c_by_non_temporal_stores(op, shape, layout, tile_x, sma
 def test_relax_build_compiles_our_kernels_as_the_tuner_measured_them(small_l3, tmp_path):
     """A Relax model built by ``tvm_ext.relax.build`` gets our CPU pipeline for its kernels, as
     ``Task.build`` does (the tuner's measurements): a tuned ``nt_store`` record's tasks end
-    with an ``sfence`` (its 1024-byte register tile in registers: no memset). Before, the
-    model was compiled with TVM's pipeline: its non-temporal stores had no fence before the
-    thread pool counted the task done."""
+    with an ``sfence`` (its register tile, 1024 bytes on AVX-512, in registers: no memset).
+    Before, the model was compiled with TVM's pipeline: its non-temporal stores had no fence
+    before the thread pool counted the task done."""
     from tvm.script import relax as R
     import tvm_ext.relax as tr
     wl = Workload.create("batch_matmul", (2, 16, 128, 24), layout="NN")
@@ -640,9 +651,10 @@ def test_relax_build_compiles_our_kernels_as_the_tuner_measured_them(small_l3, t
             out = bb.emit_output(relax.op.matmul(x, w))
         bb.emit_func_output(out)
     task = Task(wl, "llvm", template="batch_matmul.x86")
+    rows, width = _host_tile(task, 4)  # 4 x 64 f32 on AVX-512: a 1024-byte tile
     cfg = task.space.config_from_values({
-        **task.fallback_config().values_dict(), "tile_y": [-1, 4], "tile_x": [-1, 64],
-        "tile_k": [-1, 4], "tile_inner": [-1, 4], "nt_store": 1})
+        **task.fallback_config().values_dict(), "tile_y": [-1, rows], "tile_x": [-1, width],
+        "tile_k": [-1, 4], "tile_inner": [-1, rows], "nt_store": 1})
     assert not task.space.violations(cfg), cfg
     log = tmp_path / "nt.json"
     record.append(log, [record.encode(task.target_str, task.name, wl, cfg,

@@ -382,7 +382,7 @@ def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: in
     from tvm import s_tir, te  # noqa: PLC0415
 
     from ..codegen import compile_module  # noqa: PLC0415
-    from ..ops.x86_gemm import _vectorize  # noqa: PLC0415
+    from ..ops.x86_gemm import vectorize_lanes  # noqa: PLC0415
     A = te.placeholder((tiles * rows if streamed else rows, k), "float32", name="A")
     B = te.placeholder((threads, k, width), "float32", name="B")
     r = te.reduce_axis((0, k), name="k")
@@ -398,8 +398,8 @@ def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: in
     sch.parallel(p)
     sch.unroll(kin)
     sch.unroll(i)
-    _vectorize(sch, j, lanes)
-    _vectorize(sch, sch.get_loops(acc)[-1], lanes)
+    vectorize_lanes(sch, j, lanes)
+    vectorize_lanes(sch, sch.get_loops(acc)[-1], lanes)
     sch.decompose_reduction(block, ko)
     return compile_module(sch.mod, target), 2.0 * threads * tiles * rows * width * k
 
@@ -433,9 +433,9 @@ def ladder(suite, log, repeat: int = 9, target=None):
         rows, width, ki = (cfg[n].size[-1] for n in ("tile_y", "tile_x", "tile_k"))
         tile = f"{rows} x {width}, tile_k {ki}"
         for label, k, tiles, streamed in (
-                (f"{tile}: A and B in L1", 256, 4 * wl.M // rows, False),
-                (f"{tile}: A's {wl.M // rows * rows} x {wl.K} from memory", wl.K,
-                 wl.M // rows, True)):
+                (f"{tile}: A and B in L1", 256, max(1, 4 * wl.M // rows), False),
+                (f"{tile}: A's {max(1, wl.M // rows) * rows} x {wl.K} from memory", wl.K,
+                 max(1, wl.M // rows), True)):
             mod, flop = micro_kernel(threads, rows, width, ki, k - k % ki, tiles, streamed,
                                      lanes, target)
             a = rng.uniform(-1, 1, (tiles * rows if streamed else rows, k - k % ki))
@@ -445,7 +445,7 @@ def ladder(suite, log, repeat: int = 9, target=None):
             mod["main"](*args)
             want = (a.reshape(tiles, rows, -1) if streamed else a) @ b[:, None]
             np.testing.assert_allclose(args[2].numpy(), np.broadcast_to(
-                want, (threads, tiles, rows, width)), rtol=1e-4, atol=1e-3)
+                want, (threads, tiles, rows, width)), rtol=1e-3, atol=1e-2)
             calls[(key, label)] = functools.partial(mod["main"], *args)
             flops[(key, label)] = flop
         a, b = random_inputs(wl, rng)
@@ -455,7 +455,7 @@ def ladder(suite, log, repeat: int = 9, target=None):
         f(*args)
         aa = np.swapaxes(a, -1, -2) if wl.transpose_a else a
         np.testing.assert_allclose(args[2].numpy(), aa @ (
-            np.swapaxes(b, -1, -2) if wl.transpose_b else b), rtol=1e-4, atol=1e-3)
+            np.swapaxes(b, -1, -2) if wl.transpose_b else b), rtol=1e-3, atol=1e-2)
         label = f"the row's kernel ({task.name} {'tuned' if choice.tuned else 'fallback'})"
         calls[(key, label)] = functools.partial(f, *args)
         flops[(key, label)] = wl.flop

@@ -261,7 +261,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             if nt_store:  # one vector loop, which the intrinsic's stores replace whole
                 sch.vectorize(last)
             else:
-                _vectorize(sch, last, lanes)
+                vectorize_lanes(sch, last, lanes)
         if nt_store:
             _nt_write_back(sch, last, outer, wl, xi, lanes)
     if pack is not None:
@@ -281,18 +281,18 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         transposed = _edge_transposed_pack(sch, pack, outer, wl, xi, lanes)
     own = sch.get_loops(pack) if pack is not None and not transposed else None
     if own and not sch.get(own[-1]).same_as(sch.get(outer)):  # a 1x1 panel: no loop of its own
-        _vectorize(sch, own[-1], lanes)
+        vectorize_lanes(sch, own[-1], lanes)
     sch.unroll(ii_o)
     if unroll_k:
         sch.unroll(kin)
     sch.unroll(ii_i)
-    _vectorize(sch, ji, lanes)
+    vectorize_lanes(sch, ji, lanes)
     sch.decompose_reduction(c, ko)
     if tail is not None:
         _schedule_tail(sch, tail, lanes)
 
 
-def _vectorize(sch, loop, lanes: int):
+def vectorize_lanes(sch, loop, lanes: int):
     """Vectorize ``loop``; one of a whole number of vectors that is not a power of two (3:
     48 f32 lanes on AVX-512, 24 on AVX2; 5, 6, 7) as that many vector loops, unrolled. LLVM
     legalizes a <48 x float> by moving single elements through the stack: the 8 x 48 register
@@ -945,7 +945,7 @@ def _gemv_schedule(sch, cfg, wl, facts):
     acc = sch.cache_write(rf, 0, "local")  # the kv partial sums of its outputs, in registers
     sch.reverse_compute_at(acc, ji)
     sch.unroll(koi)
-    _vectorize(sch, kin, facts["vector_lanes"])
+    vectorize_lanes(sch, kin, facts["vector_lanes"])
     sch.decompose_reduction(rf, koo)
     # The sums across the lanes, per output, right after their partial sums (still in cache).
     sch.reverse_compute_at(c, ji)
