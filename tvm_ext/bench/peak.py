@@ -418,7 +418,7 @@ def ladder(suite, log, repeat: int = 9, target=None):
 
     from ..codegen import use_host_cores  # noqa: PLC0415
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
-    from ..measure.check import random_inputs  # noqa: PLC0415
+    from ..measure.check import random_inputs, reference_matmul, tolerance  # noqa: PLC0415
     from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
     from .cpu import _in_turn  # noqa: PLC0415
     threads = use_host_cores()
@@ -453,9 +453,7 @@ def ladder(suite, log, repeat: int = 9, target=None):
                 tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
         f = task.build(cfg)["main"]
         f(*args)
-        aa = np.swapaxes(a, -1, -2) if wl.transpose_a else a
-        np.testing.assert_allclose(args[2].numpy(), aa @ (
-            np.swapaxes(b, -1, -2) if wl.transpose_b else b), rtol=1e-3, atol=1e-2)
+        np.testing.assert_allclose(args[2].numpy(), reference_matmul(wl, a, b), *tolerance(wl))
         label = f"the row's kernel ({task.name} {'tuned' if choice.tuned else 'fallback'})"
         calls[(key, label)] = functools.partial(f, *args)
         flops[(key, label)] = wl.flop
