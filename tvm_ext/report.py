@@ -233,16 +233,22 @@ class Measured:
 
 class _WallSampler:
     """``sample()``: wall-clock seconds per call of ``fn``, over enough calls to last
-    ``CPU_SAMPLE_S`` (found once, at the start)."""
+    ``CPU_SAMPLE_S`` (found once, at the start), after calls of ``timing.WARM_S`` untimed
+    (each sample follows a pause)."""
 
     def __init__(self, fn: Callable[[], object]):
+        from .measure.timing import WARM_S  # noqa: PLC0415
         self.fn = fn
         fn()  # warm-up: the thread pools start, the pages are touched
         t0 = time.perf_counter()
         fn()
-        self.number = max(1, int(CPU_SAMPLE_S / max(time.perf_counter() - t0, 1e-7)))
+        once = max(time.perf_counter() - t0, 1e-7)
+        self.number = max(1, int(CPU_SAMPLE_S / once))
+        self.warm = max(1, int(WARM_S / once))
 
     def sample(self) -> float:
+        for _ in range(self.warm):
+            self.fn()
         t0 = time.perf_counter()
         for _ in range(self.number):
             self.fn()

@@ -101,8 +101,10 @@ def prepare(task, *, tuner: Union[str, Tuner] = "xgb", seed: int = 0, log=None,
             # an error of its own); a failure of the run (device, timeouts, unknown, e.g. from
             # a zero repeat or a negative timeout of an older version) is measured again.
             indexed = [(task.space.index_of(r.config), r) for r in previous]
-            known = [(i, r.result.mean) for i, r in indexed
-                     if i is not None and r.result.error_no in CONFIG_ERRORS]
+            # one point per config: its last time in the log (``tune --confirm`` and
+            # ``rerank`` measure configs again)
+            known = list({i: r.result.mean for i, r in indexed
+                          if i is not None and r.result.error_no in CONFIG_ERRORS}.items())
             t.load_history([i for i, _ in known], [c for _, c in known])
             prepared.resumed = len(known)
             measured = {i for i, _ in known}

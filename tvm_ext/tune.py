@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from .errors import TvmExtError, run_command
+from .errors import LogError, TvmExtError, run_command
 from .workload import DEFAULT_SHAPES, OPS, Family, Workload, cli_workload, is_family_text
 
 PROG = "tvm_ext.tune"
@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="flush the CPU caches before each timed run")
     p.add_argument("--local", action="store_true",
                    help="build and run in this process (no isolation; fastest start)")
+    p.add_argument("--confirm", type=int, default=None, metavar="N",
+                   help="after tuning one shape: measure the log's N best configs of it and "
+                        "the template's fallback again, in turn, and append those times (the "
+                        "latest time of a config ranks it; default 3, 0: off)")
     p.add_argument("--list-space", action="store_true", help="print the knobs and exit")
     p.add_argument("--dry-run", action="store_true",
                    help="show the task, the fallback and the first proposals; measure nothing")
@@ -411,6 +415,8 @@ def run(argv: Optional[List[str]] = None) -> int:
                        early_stopping=args.early_stopping,
                        names={"n_trial": "--trials", "batch_size": "--batch-size",
                               "early_stopping": "--early-stopping"})
+    if args.confirm is not None and args.confirm < 0:
+        raise TvmExtError(f"--confirm {args.confirm}: must be >= 0 (0: off)")
     from . import record  # noqa: PLC0415
     from .target import parse_target  # noqa: PLC0415
 
@@ -430,6 +436,10 @@ def run(argv: Optional[List[str]] = None) -> int:
     if args.narrow and (args.model or args.shape is not None and is_family_text(args.shape)):
         raise TvmExtError("--set narrows one workload's template (not a --model's kernels or a "
                           "shape family's)")
+    if args.confirm is not None and (args.model or args.shape is not None
+                                     and is_family_text(args.shape)):
+        raise TvmExtError("--confirm is for one shape (a --model's kernels or a shape "
+                          "family's buckets are not measured again)")
     if args.model:
         return _tune_model(args)
     if args.shape is not None and is_family_text(args.shape):
@@ -455,6 +465,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         return rc
     if args.list_space or args.dry_run:
         return 0
+    _confirm(args, wl, log)
     best = record.best_for(record.load(log), wl, args.target_obj)
     if best is None:
         print("no valid config measured")
@@ -465,6 +476,42 @@ def run(argv: Optional[List[str]] = None) -> int:
     for line in tune_summary(log, wl, args.target_obj):
         print(line)
     return 0
+
+
+def _confirm(args, wl, log: Path) -> None:
+    """``--confirm N``: the log's N best configs of ``wl`` and the fallback measured again in
+    turn here (``rerank.confirm``), where they ran here and the same way."""
+    top = 3 if args.confirm is None else args.confirm
+    if top < 1:
+        return
+    why = ("the configs were measured through the RPC tracker" if args.rpc_tracker else
+           "the configs were measured with --cache-flush" if args.cache_flush else None)
+    if why is None:
+        from .report import run_target  # noqa: PLC0415
+        why = run_target(args.target_obj)[1]
+    if why:
+        print(f"not confirmed here: {why}")
+        return
+    from .rerank import confirm  # noqa: PLC0415
+    t0 = time.perf_counter()
+    try:
+        results = confirm(wl, args.target_obj, log, top=top, timing=args.timing)
+    except LogError:  # the log could not take the new times: as loud as in tuning
+        raise
+    except Exception as err:  # noqa: BLE001  (the tuned log stands; say why, go on)
+        from .result import error_line  # noqa: PLC0415
+        print(f"not confirmed here: {error_line(err, 200)}")
+        return
+    timed = [r for r in results if isinstance(r[3], list)]
+    if not timed:
+        return
+    print(f"confirmed: {len(timed)} configs measured again in turn in "
+          f"{time.perf_counter() - t0:.1f}s, their times appended to {log} (the latest time "
+          f"of a config ranks it)")
+    for task, config, old, costs in results:
+        label = "fallback" if old is None else f"was {old.result.mean * 1e3:.4g} ms"
+        now = f"{sum(costs) / len(costs) * 1e3:.4g} ms" if isinstance(costs, list) else costs
+        print(f"  {now} ({label})  {task.name} {config}")
 
 
 def _templates(args, wl) -> List[str]:

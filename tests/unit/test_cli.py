@@ -26,13 +26,21 @@ def test_tune_resume_best(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "best:" in r.stdout and "bmm.json" in r.stdout
     first = _records(tmp_path / "bmm.json")
-    assert len(first) == 6 and all(rec["result"][1] == 0 for rec in first)
-    r = cli(*args, "--resume", cwd=tmp_path)
+    assert len(first) >= 6 and all(rec["result"][1] == 0 for rec in first)
+    # --confirm (3 by default): the 3 best again, and the fallback where it is not among them
+    assert "confirmed: " in r.stdout
+    again = first[6:]
+    assert len(again) in (3, 4) and len({rec["config"]["index"] for rec in again}) == len(again)
+    best = min(first[:6], key=lambda rec: rec["result"][0][0])
+    assert best["config"]["index"] in {rec["config"]["index"] for rec in again}
+    configs = len({rec["config"]["index"] for rec in first})  # the fallback's too
+    assert configs in (6, 7)
+    r = cli(*args, "--resume", "--confirm", "0", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "resume: 6 configs" in r.stdout
+    assert f"resume: {configs} configs" in r.stdout and "confirmed" not in r.stdout
     recs = _records(tmp_path / "bmm.json")
-    assert recs[:6] == first and len(recs) == 12
-    assert len({rec["config"]["index"] for rec in recs}) == 12
+    assert recs[:len(first)] == first and len(recs) == len(first) + 6
+    assert len({rec["config"]["index"] for rec in recs}) == configs + 6
     r = cli("--best", "bmm.json", cwd=tmp_path)
     assert r.returncode == 0 and "batch_matmul 2x32x64x32 float32 NT" in r.stdout
 
@@ -68,6 +76,8 @@ BAD = [
     (["--target", "llvm", "--op", "batch_matmul", "--set", "yt=3"],
      "3 is not a value of knob 'yt'"),
     (["--target", "llvm", "--set", "yt"], "expected KNOB=V1,V2"),
+    (["--target", "llvm", "--confirm", "-1"], "--confirm -1: must be >= 0"),
+    (["--target", "llvm", "--confirm", "2", "--model", "m.py"], "--confirm is for one shape"),
     (["--target", "llvm", "--op", "batch_matmul", "--set", "yt=-1/2"],
      "[-1, 2] is not a value of knob 'yt'"),
     (["--target", "llvm", "--op", "dense", "--shape", "1x256x256", "--set", "yt=1"],
@@ -101,7 +111,7 @@ def test_set_tunes_only_the_values_given(tmp_path):
     assert split.returncode == 0 and "tile_x" in split.stdout, split.stderr
     # a split keeps the factorisations whose innermost factor is given
     assert 0 < size(split.stdout) < size(full.stdout)
-    r = cli(*base, "--trials", "4", "--batch-size", "2", "--tuner", "random",
+    r = cli(*base, "--trials", "4", "--batch-size", "2", "--tuner", "random", "--confirm", "0",
             "--set", "yt=2", "unroll_k=0", "tile_x=16", "--log", "n.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     recs = _records(tmp_path / "n.json")
@@ -118,7 +128,7 @@ def test_set_takes_a_splits_whole_sizes(tmp_path):
     base = ["--op", "dense", "--target", "llvm", "--shape", "32x64x32", "--layout", "NT",
             "--template", "dense_pack.x86", "--number", "1", "--repeat", "1"]
     r = cli(*base, "--trials", "3", "--tuner", "grid", "--set", "tile_y=-1/4/4,-1/2/8",
-            "tile_x=16", "--log", "w.json", cwd=tmp_path)
+            "tile_x=16", "--confirm", "0", "--log", "w.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     recs = _records(tmp_path / "w.json")
     assert len(recs) == 3 and all(rec["result"][1] == 0 for rec in recs)

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WL = Workload.create("batch_matmul", (2, 32, 64, 32))
 TARGET = "llvm -mcpu=znver3"
 TUNE = ["--op", "batch_matmul", "--target", TARGET, "--shape", "2x32x64x32", "--number", "1",
-        "--repeat", "1", "--local", "--batch-size", "4", "-q"]
+        "--repeat", "1", "--local", "--batch-size", "4", "--confirm", "0", "-q"]
 
 
 def cli(*args, cwd, preexec_fn=None):

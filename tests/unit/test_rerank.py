@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tvm_ext import record
-from tvm_ext.rerank import main, rerank
+from tvm_ext.rerank import confirm, main, rerank
 from tvm_ext.result import MeasureResult
 from tvm_ext.target import host_cpu_target
 from tvm_ext.task import Task
@@ -58,6 +58,42 @@ def test_rerank_says_what_is_wrong_before_measuring(tmp_path, capsys):
                  "--target", "llvm"]) == 2
     err = capsys.readouterr().err.strip()
     assert "nothing to re-rank" in err and len(err.splitlines()) == 1
+    assert main(["--log", str(log), "--op", "dense", "--shape", "64x128x64", "--target",
+                 "llvm", "--top", "0"]) == 2
+    assert "--top 0: must be >= 1" in capsys.readouterr().err
     with pytest.raises(Exception, match="rounds"):
         rerank(WL, CPU, [str(log)], rounds=0)
     assert len(record.load(log)) == 5  # nothing appended
+
+
+def test_confirm_measures_the_best_and_the_fallback_again_and_the_log_ranks_by_it(tmp_path):
+    """The end of a tuning run: the log's two best configs (one of them timed absurdly fast
+    once) and the template's fallback, which the log does not hold, measured in turn; the
+    log's best is then the best of that comparison, and the fallback a record that can win."""
+    task = Task(WL, CPU)
+    fallback = task.fallback_config()
+    rng = np.random.default_rng(7)
+    picks = [c for c in (task.config(i) for i in task.space.random_valid(rng, 4))
+             if str(c) != str(fallback)][:3]
+    log = tmp_path / "log.json"
+    record.append(log, [record.encode(task.target_str, task.name, WL, cfg,
+                                      MeasureResult([cost], 0, 0.1, 1.0))
+                        for cfg, cost in zip(picks, (1e-9, 2e-3, 3e-3))])
+    results = confirm(WL, CPU, str(log), top=2, rounds=3, warmup=0.0)
+    assert [str(c) for c in sorted((c for _, c, _, _ in results), key=str)] == \
+        sorted(str(c) for c in (picks[0], picks[1], fallback))
+    assert [old is None for _, c, old, _ in results if str(c) == str(fallback)] == [True]
+    recs = record.load(log)
+    new = recs[3:]
+    assert len(new) == 3 and all(r.result.timestamp > 1.0 and len(r.result.costs) == 3
+                                 for r in new)
+    best = record.best_for(recs, WL, CPU)
+    assert best.result.timestamp > 1.0  # not the stale 1e-9 of the first config
+    assert best.result.mean == min(r.result.mean for r in new)
+    assert str(results[0][1]) == str(best.config)
+    # the third config was not among the best two: its record is left as it was
+    assert [r.result.mean for r in recs if str(r.config) == str(picks[2])] == [3e-3]
+    # a log without a valid record of the workload: nothing to confirm, nothing appended
+    other = Workload.create("dense", (64, 128, 32), layout="NT")
+    assert confirm(other, CPU, str(log), rounds=1) == []
+    assert len(record.load(log)) == 6
