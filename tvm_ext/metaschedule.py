@@ -14,8 +14,9 @@ database entries (and back).
 
 x86 templates schedule the plain compute by packing B in the schedule (cache_read +
 transform_layout) instead of in the compute; CUDA templates' computes are plain already.
-Importing MetaSchedule's tuning context imports ``tvm.s_tir.tensor_intrin`` (20-30 s): only
-``tune`` pays it; export and import do not.
+Importing MetaSchedule's tuning context imports ``tvm.s_tir.tensor_intrin`` (20-54 s, 7.5 s
+in ``ops.common.fast_tvmscript_import``, which ``tune`` imports it in): export and import do not
+import it.
 """
 from __future__ import annotations
 
@@ -104,6 +105,9 @@ def _builder_runner(ms):
 def tune(task: Task, *, trials: int, work_dir: str, seed: int = 0, num_trials_per_iter=8):
     """``ms.tune_tir`` over our space; returns the MetaSchedule database."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    from .ops.common import import_tensor_intrinsics  # noqa: PLC0415
+    import_tensor_intrinsics()  # what its tuning context imports, the fast way
     _unnamed_handlers_off()
     return ms.tune_tir(
         plain_module(task.workload), task.target, work_dir=work_dir,
@@ -145,6 +149,8 @@ def tune_default(wl: Workload, target, *, trials: int, work_dir: str, seed: int 
             finished.get("workload") == str(wl) and finished.get("target") == target_str(target):
         db = ms.database.JSONDatabase(work_dir=work_dir)
     else:
+        from .ops.common import import_tensor_intrinsics  # noqa: PLC0415
+        import_tensor_intrinsics()  # what its tuning context imports, the fast way
         _unnamed_handlers_off()
         db = ms.tune_tir(
             mod, target, work_dir=work_dir, max_trials_global=trials,

@@ -67,7 +67,7 @@ def _tune_until_full(tmp_path, log, limit=None):
     assert r.returncode == 0, r.stderr
     before = log.read_bytes()
     cap = _file_size_limit(limit or len(before) + 2500) if limit is not False else None
-    r = cli(*TUNE, "--trials", "16", "--resume", "--log", str(log), cwd=tmp_path,
+    r = cli(*TUNE, "--trials", "8", "--resume", "--log", str(log), cwd=tmp_path,
             preexec_fn=cap)
     return before, r
 

@@ -6,6 +6,11 @@ functions): a schedule looks blocks up by these constants, never by a string of 
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
+import sys
+import threading
+
 #: The matmul block of every compute (``matmul_compute``, the mma compute, Relax's legalized
 #: matmul as ``legalize_matmul`` writes it).
 MATMUL_BLOCK = "C"
@@ -19,6 +24,48 @@ SPLIT_SUM_BLOCK = "C_sum"
 SLICE_SUM_BLOCK = "C_slices"
 #: Blocks our computes add after the matmul; any other consumer is a fused epilogue.
 OWN_CONSUMERS = (CROP_BLOCK, CAST_BLOCK, SPLIT_SUM_BLOCK, SLICE_SUM_BLOCK)
+
+
+_IMPORT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def fast_tvmscript_import():
+    """While in it, ``inspect.getmodule`` of a frame or code object is memoised by file name.
+    TVMScript's parser takes ``inspect.stack()`` for every function it parses, and for each
+    frame whose file is no module's (the import machinery's own frames) the standard library
+    scans all of ``sys.modules`` again: importing TVM's tensor intrinsics, hundreds of
+    TVMScript functions parsed inside an import, is then quadratic. ``from tvm.s_tir import
+    tensor_intrin`` took 54 s on a 2-core Zen 3 and 7.5 s in this context (MetaSchedule's
+    tuning context imports it; the tensor-core templates load its CUDA module). A file's
+    module does not change while the context lasts (a module is in ``sys.modules`` before its
+    code runs); the function is restored on the way out."""
+    real = inspect.getmodule
+    memo: dict = {}
+
+    def getmodule(obj, _filename=None):
+        if _filename is None or not (inspect.isframe(obj) or inspect.iscode(obj)):
+            return real(obj, _filename)
+        if _filename not in memo:
+            memo[_filename] = real(obj, _filename)
+        return memo[_filename]
+    with _IMPORT_LOCK:
+        inspect.getmodule = getmodule
+        try:
+            yield
+        finally:
+            inspect.getmodule = real
+
+
+def import_tensor_intrinsics():
+    """``tvm.s_tir.tensor_intrin`` (every target's intrinsics registered), imported in
+    ``fast_tvmscript_import``; at once where some import already did."""
+    import importlib  # noqa: PLC0415
+    name = "tvm.s_tir.tensor_intrin"
+    if name not in sys.modules:
+        with fast_tvmscript_import():
+            importlib.import_module(name)
+    return sys.modules[name]
 
 
 def register_once(name: str, make):

@@ -26,6 +26,8 @@ def load_cuda():
         if mod is not None:
             return mod
         import tvm.s_tir  # noqa: PLC0415
+
+        from ..common import fast_tvmscript_import  # noqa: PLC0415
         if "tvm.s_tir.tensor_intrin" in sys.modules:  # package imported by someone else
             return importlib.import_module(_NAME)
         path = tvm.s_tir.__path__[0] + "/tensor_intrin/cuda.py"
@@ -33,7 +35,8 @@ def load_cuda():
         mod = importlib.util.module_from_spec(spec)
         sys.modules[_NAME] = mod
         try:
-            spec.loader.exec_module(mod)
+            with fast_tvmscript_import():
+                spec.loader.exec_module(mod)
         except BaseException:
             del sys.modules[_NAME]
             raise
