@@ -81,8 +81,8 @@ def _sampler(task, config, data, timing: str):
     return lambda: timer(*args).results[0]
 
 
-#: Rounds of ``rerank(top=N)``: a config left out whose older time beats the best of the
-#: comparison joins the next one, at most this many comparisons in all.
+#: Comparisons of ``rerank(top=N)`` at most: a config left out whose older time beats the
+#: best time of a comparison joins the next one.
 TOP_ROUNDS = 3
 
 

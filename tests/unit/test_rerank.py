@@ -78,7 +78,7 @@ def test_confirm_measures_the_best_and_the_fallback_again_and_the_log_ranks_by_i
     log = tmp_path / "log.json"
     record.append(log, [record.encode(task.target_str, task.name, WL, cfg,
                                       MeasureResult([cost], 0, 0.1, 1.0))
-                        for cfg, cost in zip(picks, (1e-9, 2e-3, 3e-3))])
+                        for cfg, cost in zip(picks, (1e-9, 2e-3, 1.0))])
     results = confirm(WL, CPU, str(log), top=2, rounds=3, warmup=0.0)
     assert [str(c) for c in sorted((c for _, c, _, _ in results), key=str)] == \
         sorted(str(c) for c in (picks[0], picks[1], fallback))
@@ -91,9 +91,28 @@ def test_confirm_measures_the_best_and_the_fallback_again_and_the_log_ranks_by_i
     assert best.result.timestamp > 1.0  # not the stale 1e-9 of the first config
     assert best.result.mean == min(r.result.mean for r in new)
     assert str(results[0][1]) == str(best.config)
-    # the third config was not among the best two: its record is left as it was
-    assert [r.result.mean for r in recs if str(r.config) == str(picks[2])] == [3e-3]
+    # the third config was not among the best two, nor faster than them: left as it was
+    assert [r.result.mean for r in recs if str(r.config) == str(picks[2])] == [1.0]
     # a log without a valid record of the workload: nothing to confirm, nothing appended
     other = Workload.create("dense", (64, 128, 32), layout="NT")
     assert confirm(other, CPU, str(log), rounds=1) == []
     assert len(record.load(log)) == 6
+
+
+def test_top_n_takes_in_a_config_left_out_whose_older_time_beats_the_comparison(tmp_path):
+    """``rerank(top=1)``: the best config alone, then the two left out, whose older times
+    (a tuner's lucky ones) beat its new time, join a second comparison with it: every time
+    the workload's best is chosen by comes from one comparison."""
+    task = Task(WL, CPU)
+    picks = [task.config(i) for i in task.space.random_valid(np.random.default_rng(11), 3)]
+    log = tmp_path / "log.json"
+    record.append(log, [record.encode(task.target_str, task.name, WL, cfg,
+                                      MeasureResult([cost], 0, 0.1, 1.0))
+                        for cfg, cost in zip(picks, (1e-10, 2e-10, 3e-10))])
+    results = rerank(WL, CPU, [str(log)], rounds=2, warmup=0.0, top=1)
+    assert sorted(str(c) for _, c, _, _ in results) == sorted(str(c) for c in picks)
+    recs = record.load(log)
+    assert len(recs) == 3 + 1 + 3  # the first comparison (1 config), the second (3)
+    assert all(r.result.timestamp > 1.0 for r in record.latest_measurements(recs))
+    best = record.best_for(recs, WL, CPU)
+    assert best.result.mean == min(r.result.mean for r in recs[4:])
