@@ -24,7 +24,7 @@ def test_codegen_compiles_with_nvcc(arch, template, op, shape):
                                             ("float32", "TN")]):
         wl = Workload.create(op, shape, dtype, layout=layout)
         task = Task(wl, target, template=template)
-        for cfg in sample_configs(task, 2, seed):
+        for cfg in sample_configs(task, 1, seed):  # (the shape grid compiles more)
             assert task.space.is_valid(cfg) or cfg.is_fallback
             src = cuda_source(task, cfg)
             assert "__global__" in src

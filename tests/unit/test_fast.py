@@ -87,12 +87,8 @@ def test_cli_fast(tmp_path):
     assert bad.returncode == 2 and "--fast measures the proposer's top K" in bad.stderr
     one = subprocess.run([sys.executable, "-m", "tvm_ext.tune", "--op", "dense", "--shape",
                           "32x64x48", "--target", "llvm", "--fast", "--trials", "3",
-                          "--log", "d.json", "-q"], cwd=tmp_path, env=env,
+                          "--confirm", "0", "--log", "d.json", "-q"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert one.returncode == 0, one.stderr
-    recs = record.load(tmp_path / "d.json")
-    # the 3 measured, then measured again in turn with the fallback (--confirm's default)
-    assert "confirmed: " in one.stdout and 6 <= len(recs) <= 7
-    assert len({str(r.config) for r in recs[:3]}) == 3
-    assert {str(r.config) for r in recs[:3]} <= {str(r.config) for r in recs[3:]}
+    assert len(record.load(tmp_path / "d.json")) == 3  # (--confirm: test_cli, test_rerank)
     assert "best/fallback speedup" in one.stdout  # the tuning report's closing lines
