@@ -110,10 +110,9 @@ class EagerSampler:
 #: Seconds a CPU sample taken after idle time first runs its call untimed. The CPU benches
 #: and the tuning summary pause 0.3 s before each sample (OpenBLAS's workers spin for up to
 #: 0.1 s after a numpy call and slow a kernel run beside them), and cores that were idle meet
-#: the next calls slowly: the README job's 4x256x256x256 kernels timed 1.02-1.21 ms in 50 ms
-#: samples after the pause and 0.89-1.04 ms with 25 calls first (their time_evaluator time,
-#: no pause: 0.90 ms), on a 2-core Zen 3, sampled in turn (numpy alike: 1.52-1.62 and
-#: 1.42-1.53 ms).
+#: the next calls slowly: on a 2-core Zen 3 the README job's summary timed the tuner's best of
+#: 0.82 ms at 1.18 ms without it, and within 1.5% of the time in turn without a pause with it
+#: (docs/BENCHMARKS.md, "tuning runs end with a comparison in turn").
 WARM_S = 0.025
 
 
