@@ -28,11 +28,11 @@ def test_tune_resume_best(tmp_path):
     first = _records(tmp_path / "bmm.json")
     assert len(first) >= 6 and all(rec["result"][1] == 0 for rec in first)
     # --confirm (3 by default): the 3 best again, and the fallback where it is not among them
+    # (a second comparison with those left out whose tuner's times beat the new ones)
     assert "confirmed: " in r.stdout and r.stdout.count("the fallback)") == 1
-    again = first[6:]
-    assert len(again) in (3, 4) and len({rec["config"]["index"] for rec in again}) == len(again)
-    best = min(first[:6], key=lambda rec: rec["result"][0][0])
-    assert best["config"]["index"] in {rec["config"]["index"] for rec in again}
+    again = {rec["config"]["index"] for rec in first[6:]}
+    top3 = sorted(first[:6], key=lambda rec: rec["result"][0][0])[:3]
+    assert len(first) >= 9 and {rec["config"]["index"] for rec in top3} <= again
     configs = len({rec["config"]["index"] for rec in first})  # the fallback's too
     assert configs in (6, 7)
     r = cli(*args, "--resume", "--confirm", "0", cwd=tmp_path)

@@ -262,8 +262,7 @@ def test_the_module_runs_as_a_command(tmp_path):
 def test_samples_taken_after_a_pause_run_their_call_first():
     """The summary and the CPU benches pause before each sample (OpenBLAS's spinning
     workers): each sample then runs its call untimed for ``timing.WARM_S`` first, so cores
-    that were idle are not timed waking up (the README job's kernels read 1.02-1.21 ms
-    without, 0.89-1.04 ms with, 0.90 ms in time_evaluator)."""
+    that were idle are not timed waking up."""
     import time
 
     from tvm_ext.bench.common import time_calls
