@@ -81,8 +81,10 @@ def _sampler(task, config, data, timing: str):
     return lambda: timer(*args).results[0]
 
 
-#: Comparisons of ``rerank(top=N)`` at most: a config left out whose older time beats the
-#: best time of a comparison joins the next one.
+#: Comparisons of ``rerank(top=N)`` at most: the configs left out whose older times beat the
+#: best time of a comparison join the next one, the 2N best of them (a first comparison timed
+#: slow by a busy host once brought 20 of a 32-trial run in at once: 24 configs in turn, 20 s
+#: on a 2-core Zen 3, and minutes where each build goes through nvcc).
 TOP_ROUNDS = 3
 
 
@@ -91,10 +93,11 @@ def rerank(workload, target, logs: Sequence[str], *, rounds: int = 9, warmup: fl
            fallback: bool = False) -> List[tuple]:
     """Measure the logs' configs of ``workload`` on this machine in turn (see the module doc)
     and append one record per config to ``out`` (default: the first log). Every config; or
-    the ``top`` best, and then any config left out whose older time still beats the best time
-    of that comparison, all of them measured in turn again (``TOP_ROUNDS`` comparisons at
-    most: a time taken another way, as the tuner's in its own process, is no match for this
-    comparison's, and the workload's best must come from it). ``fallback``: the fallback of
+    the ``top`` best, and then the configs left out whose older times still beat the best
+    time of that comparison (2 x ``top`` of them at a time), all of them measured in turn
+    again (``TOP_ROUNDS`` comparisons at most: a time taken another way, as the tuner's in its
+    own process, is no match for this comparison's, and the workload's best must come from
+    it). ``fallback``: the fallback of
     the best config's template too, where the logs do not hold it (then a record, which
     ``build`` applies where no tuned config beats it). Returns [(task, config, old record or
     None for the fallback, new costs or the reason it was not timed)] of the last
@@ -128,7 +131,7 @@ def rerank(workload, target, logs: Sequence[str], *, rounds: int = 9, warmup: fl
                  if identity(c[0], c[1]) not in ids and c[2].result.mean < min(times)]
         if not ahead:
             break
-        chosen = chosen + ahead
+        chosen = chosen + ahead[:2 * top]  # (best first, by their older times)
     return results
 
 

@@ -99,20 +99,22 @@ def test_confirm_measures_the_best_and_the_fallback_again_and_the_log_ranks_by_i
     assert len(record.load(log)) == 6
 
 
-def test_top_n_takes_in_a_config_left_out_whose_older_time_beats_the_comparison(tmp_path):
-    """``rerank(top=1)``: the best config alone, then the two left out, whose older times
-    (a tuner's lucky ones) beat its new time, join a second comparison with it: every time
-    the workload's best is chosen by comes from one comparison."""
+def test_top_n_takes_in_the_configs_left_out_whose_older_times_beat_the_comparison(tmp_path):
+    """``rerank(top=1)``: the best config alone; then the four left out, whose older times (a
+    tuner's lucky ones) beat its new time, join the next comparisons two at a time (2 x top,
+    the best first): every time the workload's best is chosen by comes from one comparison."""
     task = Task(WL, CPU)
-    picks = [task.config(i) for i in task.space.random_valid(np.random.default_rng(11), 3)]
+    picks = [task.config(i) for i in task.space.random_valid(np.random.default_rng(11), 5)]
     log = tmp_path / "log.json"
     record.append(log, [record.encode(task.target_str, task.name, WL, cfg,
                                       MeasureResult([cost], 0, 0.1, 1.0))
-                        for cfg, cost in zip(picks, (1e-10, 2e-10, 3e-10))])
+                        for cfg, cost in zip(picks, (1e-10, 2e-10, 3e-10, 4e-10, 5e-10))])
     results = rerank(WL, CPU, [str(log)], rounds=2, warmup=0.0, top=1)
     assert sorted(str(c) for _, c, _, _ in results) == sorted(str(c) for c in picks)
     recs = record.load(log)
-    assert len(recs) == 3 + 1 + 3  # the first comparison (1 config), the second (3)
+    # the comparisons: 1 config, then 3 (the two best left out), then 5
+    assert len(recs) == 5 + 1 + 3 + 5
+    assert {str(r.config) for r in recs[6:9]} == {str(c) for c in picks[:3]}
     assert all(r.result.timestamp > 1.0 for r in record.latest_measurements(recs))
     best = record.best_for(recs, WL, CPU)
-    assert best.result.mean == min(r.result.mean for r in recs[4:])
+    assert best.result.mean == min(r.result.mean for r in recs[9:])
