@@ -34,6 +34,8 @@ import functools
 import sys
 import time
 
+from .common import time_calls
+
 
 def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target):
     """(module, flops per call): threads x chains x lanes accumulators, ``steps`` FMAs each,
@@ -75,19 +77,13 @@ def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target):
 PEAK_SAMPLES, PEAK_SAMPLE_S = 7, 0.02
 
 
-def _timed(call, repeat: int, min_s: float = 0.0):
-    """Seconds a call, ``repeat`` samples: each the mean of as many calls, one after another,
-    as last ``min_s`` seconds (one call at least)."""
+def _timed(call, repeat: int):
+    """Seconds of ``repeat`` calls, one at a time."""
     samples = []
     for _ in range(repeat):
-        calls, start = 0, time.perf_counter()
-        while True:
-            call()
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_s:
-                break
-        samples.append(elapsed / calls)
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
     return samples
 
 
@@ -114,8 +110,8 @@ def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
     y = tvm.runtime.tensor(np.full((steps,), 1e-6, "float32"))
     out = tvm.runtime.empty((threads, chains, lanes), "float32", tvm.cpu())
     func(x, w, y, out)
-    samples = _timed(functools.partial(func, x, w, y, out), max(repeat, PEAK_SAMPLES),
-                     PEAK_SAMPLE_S)
+    samples = time_calls(functools.partial(func, x, w, y, out), repeat=max(repeat, PEAK_SAMPLES),
+                         min_s=PEAK_SAMPLE_S)
     want = steps * 1e-6
     if not np.allclose(out.numpy(), want, rtol=1e-2):
         raise RuntimeError(f"the peak kernel summed {out.numpy().flat[0]}, not {want}")
