@@ -7,6 +7,7 @@ is built.
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
@@ -133,6 +134,7 @@ class ConfigSpace:
         self.constraints: List[tuple] = []  # (description, predicate(names) -> bool)
         self.facts = dict(facts or {})
         self._radix: Optional[List[int]] = None
+        self._tables: Optional[List[tuple]] = None
         #: Where a task built the space: a call giving the index of its template's fallback
         #: config for the workload (None where the fallback is not one of the space's
         #: configs). The proposer ranks it first.
@@ -145,7 +147,7 @@ class ConfigSpace:
         if knob.name in self.lets:
             raise SpaceError(f"knob '{knob.name}' has the name of a let term")
         self.knobs[knob.name] = knob
-        self._radix = None
+        self._radix = self._tables = None
         return knob
 
     def define_split(self, name, length, policy="factors", *, num_outputs=2, max_factor=None,
@@ -217,16 +219,28 @@ class ConfigSpace:
         return self._radix
 
     def __len__(self):
-        return int(np.prod(self.radix, dtype=object)) if self.knobs else 1
+        return math.prod(self.radix)  # Python ints: exact however large
+
+    def _knob_tables(self) -> List[tuple]:
+        """(name, entities, the value ``names_of`` gives each) per knob, in order: the
+        proposer and the tuners check tens of thousands of configs by index."""
+        if self._tables is None:
+            self._tables = [(name, knob.entities, [
+                e.resolved(knob.length) if isinstance(e, SplitEntity) else e.value
+                for e in knob.entities]) for name, knob in self.knobs.items()]
+        return self._tables
+
+    def _check_index(self, index: int) -> None:
+        if not 0 <= index < len(self):
+            raise IndexError(f"config index {index} outside space of {len(self)}")
 
     def get(self, index: int) -> ConfigEntity:
         """Config number ``index`` (first-defined knob = least significant digit)."""
-        if not 0 <= index < len(self):
-            raise IndexError(f"config index {index} outside space of {len(self)}")
+        self._check_index(index)
         entities, t = OrderedDict(), int(index)
-        for name, knob in self.knobs.items():
-            entities[name] = knob[t % len(knob)]
-            t //= len(knob)
+        for name, knob_entities, _ in self._knob_tables():
+            entities[name] = knob_entities[t % len(knob_entities)]
+            t //= len(knob_entities)
         return ConfigEntity(int(index), entities)
 
     def index_of(self, config: ConfigEntity) -> Optional[int]:
@@ -289,12 +303,18 @@ class ConfigSpace:
         return [desc for desc, pred in self.constraints if not pred(names)]
 
     def is_valid(self, config_or_index) -> bool:
-        config = self.get(config_or_index) if isinstance(config_or_index, int) \
-            else config_or_index
-        if not all(name in config for name in self.knobs):
-            names = self.names_of(config)  # a let over a missing knob is left out there
+        if isinstance(config_or_index, int):  # names_of(get(index)) without the config
+            self._check_index(config_or_index)
+            names, t = dict(self.facts), config_or_index
+            for name, _, values in self._knob_tables():
+                names[name] = values[t % len(values)]
+                t //= len(values)
+            names = _LazyNames(self, names)
+        elif not all(name in config_or_index for name in self.knobs):
+            names = self.names_of(config_or_index)  # a let over a missing knob is left out
             return all(pred(names) for _, pred in self.constraints)
-        names = _LazyNames(self, self.names_of(config, lets=False))
+        else:
+            names = _LazyNames(self, self.names_of(config_or_index, lets=False))
         if not all(pred(names) for _, pred in self.constraints):
             return False
         for name in self.lets:  # a let that fails on a valid config is an error, as ever

@@ -8,7 +8,6 @@ import json
 import math
 from typing import Any, List, Optional, Sequence
 
-import numpy as np
 
 from ..errors import SpaceError
 
@@ -53,7 +52,7 @@ class SplitEntity:
 
     def resolved(self, length: int) -> List[int]:
         """Sizes with the -1 replaced by ceil(length / product of the others)."""
-        inner = int(np.prod(self.size[1:])) if len(self.size) > 1 else 1
+        inner = math.prod(self.size[1:])  # math's: numpy's costs 20 us on a short list
         first = self.size[0] if self.size[0] != -1 else -(-length // inner)
         return [first] + self.size[1:]
 
@@ -242,7 +241,7 @@ class SplitSpace(KnobSpace):
                 # itertools.product varies the last position fastest; AutoTVM's DFS varies the
                 # deepest (last chosen) fastest as well, and writes [-1] + reversed(stack).
                 for combo in itertools.product(*lists):
-                    prod = int(np.prod(combo)) if combo else 1
+                    prod = math.prod(combo)
                     if prod > length:
                         continue
                     if length % prod == 0 or (not no_tail and prod < length):
