@@ -129,3 +129,22 @@ def test_weight_sweep_times_the_rows_config_on_each_width_after_checking_it():
         (256, "packed at every call"), (256, "weight packed at build time")]
     assert [mb for _, mb, _, _ in rows] == [64 * 64 * 4 / 1e6] * 2 + [256 * 64 * 4 / 1e6] * 2
     assert all(0 < best <= med for _, _, _, (med, best) in rows)
+
+
+def test_gemm_rows_give_ours_and_numpys_share_of_the_peak(monkeypatch, capsys):
+    """--gemm prints each large row's share of the peak, ours and numpy's (sampled in turn by
+    the bench), at the median and the best sample: numpy's share is what the host leaves
+    reachable on the same shape."""
+    from tvm_ext.bench import cpu
+    from tvm_ext.bench.common import Row
+    monkeypatch.setattr(peak, "measure", lambda *a, **k: {
+        "threads": 2, "lanes": 8, "chains": 12, "gflops": 200.0, "gflops_median": 190.0})
+    row = Row("gemm1 1024x1024x2048", 2e9, 25.0, "", 20.0, "", "dense_pack.x86 tuned",
+              ref_best_ms=12.5, ours_best_ms=16.0)  # numpy 80 GFLOP/s (best 160), ours 100 (125)
+    monkeypatch.setattr(cpu, "run_cpu", lambda *a, **k: [row])
+    monkeypatch.setattr(peak, "prepacked_rows", lambda *a, **k: [])
+    monkeypatch.setattr(peak, "store_floor", lambda *a, **k: 1.0)
+    assert peak.main(["--gemm"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("gemm1"))
+    assert "100.0 GFLOP/s   50.0% of the peak (its best sample 62.5%" in line, line
+    assert "numpy 40.0% (best 80.0%)" in line, line

@@ -4,21 +4,21 @@ A kernel that does nothing but fused multiply-adds on registers, the way the GEM
 do at best: every thread keeps ``chains`` vector accumulators (independent chains, enough to
 cover the FMA latency on every FMA unit), and each step adds one broadcast operand times one
 loop-invariant vector to each of them (one load per ``chains`` FMAs, every other operand in a
-register: ``chains`` + 2 vector registers). One parallel task per
-thread, built by TVM for this host like our kernels (``-mcpu`` from the host, TVM's pool with
-``use_host_cores`` threads). Its GFLOP/s is the ceiling the GEMM rows of the CPU bench are
-compared with (``--gemm``: the bench's large rows as a share of it, and the dense row's
-kernel with its weight packed at every call and packed once ahead, as a constant weight of a
-Relax model is: ``prepacked_rows``; and the time that only writing each row's output takes:
-``store_floor``, the row's floor wherever it is bound by its stores, as the bmm row's 100 MB
-output of 64-deep sums is). ``--gemv``: the matrix-vector row against the time that only
-reading its weight takes (``read_kernel``), sampled in turn with numpy's and ours: a row that
-reads each weight element once for one FMA is bound by the memory, not by the FMAs.
-``--weights``: the dense row's kernel on the same M and K with N from 256 to 6144 columns, its
-weight packed at every call and packed ahead, in turn (``weight_sweep``): its share of the peak
-as its weight outgrows the caches. ``--ladder``: each large row's micro-kernel (its config's
-register tile and K step) with its operands at two distances, beside the row's kernel, in turn
-(``ladder``): A and B in L1, and A's rows read from memory as the row's kernel reads them.
+register: ``chains`` + 2 vector registers). One parallel task per thread, built by TVM for this
+host like our kernels (``-mcpu`` from the host, TVM's pool with ``use_host_cores`` threads). Its
+GFLOP/s is the ceiling the GEMM rows of the CPU bench are compared with (``--gemm``: the bench's
+large rows as a share of it, ours and numpy's sampled in turn, and the dense row's kernel with
+its weight packed at every call and packed once ahead, as a constant weight of a Relax model is:
+``prepacked_rows``; and the time that only writing each row's output takes: ``store_floor``, the
+row's floor wherever it is bound by its stores, as the bmm row's 100 MB output of 64-deep sums
+is). ``--gemv``: the matrix-vector row against the time that only reading its weight takes
+(``read_kernel``), sampled in turn with numpy's and ours: a row that reads each weight element
+once for one FMA is bound by the memory, not by the FMAs. ``--weights``: the dense row's kernel
+on the same M and K with N from 256 to 6144 columns, its weight packed at every call and packed
+ahead, in turn (``weight_sweep``): its share of the peak as its weight outgrows the caches.
+``--ladder``: each large row's micro-kernel (its config's register tile and K step) with its
+operands at two distances, beside the row's kernel, in turn (``ladder``): A and B in L1, and A's
+rows read from memory as the row's kernel reads them.
 
     python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--weights] [--ladder]
         [--target T]
@@ -127,7 +127,8 @@ def main(argv=None) -> int:
                    help="FMA steps per accumulator and call (default 200000)")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--gemm", action="store_true",
-                   help="also run the CPU bench's large rows and give each as a share of the peak")
+                   help="also run the CPU bench's large rows and give each as a share of the peak, "
+                   "ours and numpy's sampled in turn")
     p.add_argument("--gemv", action="store_true",
                    help="also time the CPU bench's gemv row, numpy's, and reading the weight "
                    "alone, in turn")
@@ -175,10 +176,7 @@ def main(argv=None) -> int:
         peak = peak_again()
         print(f"FMA peak (the larger of the runs before and after the rows): {peak:.1f} GFLOP/s")
         for row in rows:
-            gflops = row.flop / (row.ours_ms * 1e-3) / 1e9
-            best = row.flop / (row.ours_best_ms * 1e-3) / 1e9
-            print(f"{row.name[:44]:<46} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of "
-                  f"the peak (its best sample {best / peak:.1%}; {row.tuned})")
+            print(f"{row.name[:44]:<46} " + _shares(row, peak))
         for name, ms in prepacked_rows(CPU_SUITE["dense"], shipped, target=target):
             gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
             print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of the peak")
@@ -225,6 +223,18 @@ def main(argv=None) -> int:
             print(f"  {name:<28} {med:7.3f} ms  best {best:7.3f}  {mb / med:6.1f} GB/s  "
                   f"{floor[0] / med:5.2f} of the floor")
     return 0
+
+
+def _shares(row, peak: float) -> str:
+    """A bench row's GFLOP/s and share of ``peak`` (its median sample and its best), ours and
+    numpy's, the two sampled in turn: what the host's own BLAS reaches on the same shape is
+    what the peak leaves reachable there."""
+    def rate(ms):
+        return row.flop / (ms * 1e-3) / 1e9
+    ours, numpy = rate(row.ours_ms), rate(row.ref_ms)
+    return (f"{ours:7.1f} GFLOP/s  {ours / peak:6.1%} of the peak (its best sample "
+            f"{rate(row.ours_best_ms) / peak:.1%}; {row.tuned}); numpy {numpy / peak:.1%} "
+            f"(best {rate(row.ref_best_ms) / peak:.1%})")
 
 
 def store_floor(wl, repeat: int = 7, target=None) -> float:
