@@ -231,30 +231,6 @@ class Measured:
         return out + self.notes
 
 
-class _WallSampler:
-    """``sample()``: wall-clock seconds per call of ``fn``, over enough calls to last
-    ``CPU_SAMPLE_S`` (found once, at the start), after calls of ``timing.WARM_S`` untimed
-    (each sample follows a pause)."""
-
-    def __init__(self, fn: Callable[[], object]):
-        from .measure.timing import WARM_S  # noqa: PLC0415
-        self.fn = fn
-        fn()  # warm-up: the thread pools start, the pages are touched
-        t0 = time.perf_counter()
-        fn()
-        once = max(time.perf_counter() - t0, 1e-7)
-        self.number = max(1, int(CPU_SAMPLE_S / once))
-        self.warm = max(1, int(WARM_S / once))
-
-    def sample(self) -> float:
-        for _ in range(self.warm):
-            self.fn()
-        t0 = time.perf_counter()
-        for _ in range(self.number):
-            self.fn()
-        return (time.perf_counter() - t0) / self.number
-
-
 class _EvaluatorSampler:
     """``sample()``: TVM's time_evaluator, one repeat of at least 50 ms (CUDA without torch:
     no CUDA graph to replay, every call a launch)."""
@@ -391,10 +367,11 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
             {k: _EvaluatorSampler(modules[k][0], dev, [*args, modules[k][1]])
              for k in launches if k in modules}
     else:
+        from .measure.timing import WallSampler  # noqa: PLC0415
         samplers = {}
         for k, fn in launches.items():
             time.sleep(CPU_PAUSE_S)
-            samplers[k] = _WallSampler(fn)
+            samplers[k] = WallSampler(fn, CPU_SAMPLE_S)
     samples: Dict[str, List[float]] = {k: [] for k in samplers}
     for _ in range(rounds):  # in turn: best, fallback, vendor, best, ...
         for k, smp in samplers.items():

@@ -266,7 +266,7 @@ def test_samples_taken_after_a_pause_run_their_call_first():
     import time
 
     from tvm_ext.bench.common import time_calls
-    from tvm_ext.measure.timing import WARM_S
+    from tvm_ext.measure.timing import WARM_S, WallSampler
     stamps = []
 
     def call():
@@ -278,7 +278,7 @@ def test_samples_taken_after_a_pause_run_their_call_first():
     assert len(warm) >= 5 and len(stamps) - len(warm) >= 3  # warm calls, then timed ones
     assert 0.001 <= sample < 0.005
     stamps.clear()
-    sampler = report._WallSampler(call)
+    sampler = WallSampler(call, report.CPU_SAMPLE_S)  # the summary's sampler
     assert sampler.warm >= 5 and sampler.number >= 10
     stamps.clear()
     sampler.sample()

@@ -3,7 +3,6 @@ and the table printed at the end."""
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
@@ -37,26 +36,12 @@ class Row:
 
 
 def time_calls(fn: Callable[[], None], *, repeat: int, min_s: float = 0.05) -> List[float]:
-    """Seconds per call, ``repeat`` samples: each sample runs ``fn`` enough times to last
-    ``min_s``, so that a sub-millisecond call is not lost in the timer's resolution; before
-    them ``fn`` runs untimed for ``timing.WARM_S`` (twice at least): the benches sample after
-    idle time."""
-    from ..measure.timing import WARM_S  # noqa: PLC0415
-    start = time.perf_counter()
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    while time.perf_counter() - start < WARM_S:
-        fn()
-    number = max(1, int(min_s / once))
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - t0) / number)
-    return samples
+    """Seconds per call, ``repeat`` samples of ``measure.timing.WallSampler``: each runs
+    ``fn`` untimed for ``timing.WARM_S``, then enough times to last ``min_s`` (the benches
+    sample after idle time)."""
+    from ..measure.timing import WallSampler  # noqa: PLC0415
+    sampler = WallSampler(fn, min_s)
+    return [sampler.sample() for _ in range(repeat)]
 
 
 def median_ms(samples) -> Tuple[float, str]:

@@ -116,6 +116,31 @@ class EagerSampler:
 WARM_S = 0.025
 
 
+class WallSampler:
+    """``sample()``: wall-clock seconds per call of ``fn`` (a CPU call that returns when its
+    work is done), over enough back-to-back calls to last ``min_s`` (counted once, at the
+    start: a sub-millisecond call is not lost in the timer's resolution), after calls of
+    ``WARM_S`` untimed (the CPU benches and the tuning summary sample after idle time)."""
+
+    def __init__(self, fn: Callable[[], object], min_s: float = 0.05):
+        import time  # noqa: PLC0415
+        self.fn, self._clock = fn, time.perf_counter
+        fn()  # the thread pools start, the pages are touched
+        t0 = self._clock()
+        fn()
+        once = max(self._clock() - t0, 1e-7)
+        self.number = max(1, int(min_s / once))
+        self.warm = max(1, int(WARM_S / once))
+
+    def sample(self) -> float:
+        for _ in range(self.warm):
+            self.fn()
+        t0 = self._clock()
+        for _ in range(self.number):
+            self.fn()
+        return (self._clock() - t0) / self.number
+
+
 def in_turn(samplers: Mapping[Hashable, Callable[[], float]], rounds: int,
             pause: Optional[Callable[[], object]] = None) -> Dict[Hashable, List[float]]:
     """{key: ``rounds`` samples} of each sampler (a call that returns one time), sampled in
