@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -399,11 +400,18 @@ def _plain_defaults(template: str) -> Dict[str, object]:
 
 
 def _canonical_target(target: str) -> str:
-    """A record's target string with its JSON keys in one order (writers differ in order)."""
+    """A record's target string with its JSON keys in one order (writers differ in order), and
+    without the triple of an llvm target that names its CPU (``mcpu``): the host's target
+    carries the triple of the LLVM that TVM was built with (``x86_64-conda-linux-gnu``), a
+    shipped or hand-written one for the same CPU none or another vendor's, and both build the
+    same code for that CPU, so a measurement under one supersedes the other's."""
     try:
-        return json.dumps(json.loads(target), sort_keys=True)
+        d = json.loads(target)
     except ValueError:
-        return target
+        return re.sub(r"\s-mtriple=\S+", "", target) if " -mcpu=" in target else target
+    if isinstance(d, dict) and d.get("mcpu"):
+        d.pop("mtriple", None)
+    return json.dumps(d, sort_keys=True)
 
 
 def config_identity(task_name: str, values: Dict[str, object]) -> tuple:

@@ -211,6 +211,28 @@ def test_a_config_measured_again_keeps_only_its_latest_time(tmp_path):
     assert [r.result.mean for r in record.best_per_target(twice).values()] == [1.3e-3]
 
 
+def test_a_measurement_under_the_hosts_triple_supersedes_one_without_it(tmp_path):
+    """The host's target names the triple of the LLVM that TVM was built with; a shipped
+    record of the same CPU has none. The same config measured again under either supersedes
+    the other (``python -m tvm_ext.rerank`` with the host's target re-ranks shipped records),
+    in JSON and in legacy strings; a record of another CPU, or of a target that names no CPU,
+    stays as it was."""
+    host = '{"kind": "llvm", "mcpu": "znver5", "mtriple": "x86_64-conda-linux-gnu", ' \
+        '"keys": ["cpu"]}'
+    log = tmp_path / "triple.json"
+    record.append(log, [
+        _line(0.5e-3, 1), _line(0.9e-3, 1, target=host),  # the shipped time, then the host's
+        _line(0.6e-3, 2, target=host), _line(1.0e-3, 2),  # and the other way round
+        _line(0.4e-3, 1, target='{"kind": "llvm", "mcpu": "znver3"}'),  # another CPU
+        _line(0.3e-3, 3, target="llvm -mcpu=znver5 -mtriple=x86_64-pc-linux-gnu"),
+        _line(0.8e-3, 3, target="llvm -mcpu=znver5"),
+        _line(0.2e-3, 4, target='{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'),
+        _line(0.7e-3, 4, target='{"kind": "llvm"}')])
+    latest = record.latest_measurements(record.load(log))
+    assert sorted((r.config["tile_y"].size[-1], r.result.mean) for r in latest) == \
+        [(2, 0.4e-3), (2, 0.9e-3), (4, 1.0e-3), (8, 0.8e-3), (16, 0.2e-3), (16, 0.7e-3)]
+
+
 def test_the_same_config_of_another_workload_supersedes_nothing(tmp_path):
     """A config measured later for another workload is another kernel: it does not hide the
     first workload's record from a log's best per workload (``tune --best``,
