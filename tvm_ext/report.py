@@ -45,9 +45,10 @@ logger = logging.getLogger("tvm_ext")
 
 #: Rounds of the in-turn sampling: each round times best, fallback and vendor once.
 ROUNDS = 5
-#: Seconds between two methods on the CPU. OpenBLAS's and TVM's thread pools spin for a while
-#: after each call, and a spinning pool slows the other's threads on the same cores (measured
-#: in bench/subgraph.py's chain: without the pause numpy and TVM take turns being slow).
+#: Seconds of idle time before a CPU sample whose threads are not the last sample's (numpy's
+#: after ours, ours after numpy's). OpenBLAS's and TVM's thread pools spin for a while after
+#: each call, and a spinning pool slows the other's threads on the same cores (measured in
+#: bench/subgraph.py's chain: without the pause numpy and TVM take turns being slow).
 CPU_PAUSE_S = 0.3
 #: Samples of one method further apart than this factor are reported as noise.
 NOISY = 2.0
@@ -303,7 +304,8 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
     """Build what ``build`` applies for ``wl`` from ``records`` on ``target`` (a target that
     runs here) and its template's fallback, check both against numpy, and time them with the
     vendor library, sampled in turn ``rounds`` times; on the CPU on every core
-    (``codegen.use_host_cores``), with a pause between methods (``CPU_PAUSE_S``)."""
+    (``codegen.use_host_cores``), with a pause between methods of two libraries
+    (``CPU_PAUSE_S``)."""
     import tvm  # noqa: PLC0415
 
     from .codegen import use_host_cores  # noqa: PLC0415
@@ -360,6 +362,17 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
         out.notes.append(why)
     if vendor_fn is not None:
         launches[out.vendor] = vendor_fn
+    last_pool: List[bool] = []
+
+    def pause(k):
+        """``CPU_PAUSE_S`` idle before a call whose threads are not the last call's (ours:
+        TVM's pool; else the vendor's BLAS), and before the first: a pool's spinning workers
+        slow the other pool's threads, not the same pool's next kernel."""
+        ours = k in modules
+        if last_pool[-1:] != [ours]:
+            time.sleep(CPU_PAUSE_S)
+        last_pool[:] = [ours]
+
     if cuda:
         from .measure.timing import GraphSampler, resolve  # noqa: PLC0415
         graph = resolve("auto", dev) == "graph"  # torch with CUDA: CUDA-graph replays
@@ -370,13 +383,13 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
         from .measure.timing import WallSampler  # noqa: PLC0415
         samplers = {}
         for k, fn in launches.items():
-            time.sleep(CPU_PAUSE_S)
+            pause(k)
             samplers[k] = WallSampler(fn, CPU_SAMPLE_S)
     samples: Dict[str, List[float]] = {k: [] for k in samplers}
     for _ in range(rounds):  # in turn: best, fallback, vendor, best, ...
         for k, smp in samplers.items():
             if not cuda:
-                time.sleep(CPU_PAUSE_S)  # the last method's spinning threads go idle
+                pause(k)
             samples[k].append(smp.sample())
     med = {k: float(np.median(v)) for k, v in samples.items()}
     for k, v in samples.items():  # a busy host shows as samples far apart: say so

@@ -186,6 +186,43 @@ def test_a_cuda_log_without_a_gpu_gives_the_recorded_figures(tmp_path, monkeypat
     assert rc == 2 and "has no records for target llvm" in err and err.count("\n") == 1
 
 
+def test_cpu_samples_pause_only_where_the_other_librarys_threads_ran(cpu_log, monkeypatch):
+    """The summary's CPU samples, in turn, pause (``CPU_PAUSE_S``) before a call whose
+    threads are not the last call's (numpy's BLAS after ours, ours after numpy's) and before
+    the first, not between two of our kernels (one thread pool)."""
+    from tvm_ext.measure import timing
+    events, real_vendor = [], report._vendor_cpu
+
+    def vendor(wl, inputs):
+        name, fn, why = real_vendor(wl, inputs)
+
+        def numpy_call():
+            return fn()
+        return name, numpy_call, why
+
+    class Sampler(timing.WallSampler):  # logs whose calls each sampler runs
+        def __init__(self, fn, min_s):
+            self.lib = "numpy" if fn.__name__ == "numpy_call" else "ours"
+            events.append(self.lib)
+            super().__init__(fn, min_s)
+
+        def sample(self):
+            events.append(self.lib)
+            return super().sample()
+    monkeypatch.setattr(report, "_vendor_cpu", vendor)
+    monkeypatch.setattr(timing, "WallSampler", Sampler)
+    monkeypatch.setattr(report.time, "sleep", lambda s: events.append("pause"))
+    m = report.measure(WL, record.load(cpu_log), CPU, rounds=3)
+    assert m.fallback_s and m.vendor_s
+    calls = [e for e in events if e != "pause"]
+    assert calls.count("numpy") == 4 and calls.count("ours") >= 4  # created, then 3 rounds
+    last = None
+    for before, call in zip(["start"] + events, events):
+        if call != "pause":
+            assert (before == "pause") == (call != last), events
+            last = call
+
+
 def test_an_epilogue_workload_is_timed_with_its_inputs(tmp_path):
     """A subgraph record (bias+relu) on the CPU: the fused kernel takes the bias, and numpy
     computes the bare matmul, which the report says."""

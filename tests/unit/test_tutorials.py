@@ -17,9 +17,9 @@ def test_tune_batch_matmul_cpu(tmp_path, monkeypatch):
 def test_shape_family(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     mod = runpy.run_path(os.path.join(ROOT, "tutorials", "shape_family.py"))
-    lib, report, checked = mod["main"](["--shape", "1..2x16..64:16x512x64", "--target", "llvm",
+    lib, report, checked = mod["main"](["--shape", "1..2x16..32:16x512x64", "--target", "llvm",
                                         "--trials", "3", "--max-kernels", "2",
                                         "--tuner", "random"])
-    assert checked == 8 and 1 <= len(lib.library.kernels) <= 2
+    assert checked == 4 and 1 <= len(lib.library.kernels) <= 2
     assert (tmp_path / "family_tutorial.so").stat().st_size > 0
     assert len(report.tuned) == 2
