@@ -85,12 +85,21 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("args,msg", BAD)
-def test_bad_input_one_line_exit_2(tmp_path, args, msg):
-    r = cli(*args, cwd=tmp_path)
+def _one_line(r, msg):
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tvm_ext.tune: error:") and msg in lines[0]
+
+
+@pytest.mark.parametrize("args,msg", BAD)
+def test_bad_input_one_line_exit_2(tune_here, args, msg):
+    _one_line(tune_here(*args), msg)
+
+
+@pytest.mark.parametrize("args,msg", [BAD[0], BAD[13]])
+def test_bad_input_in_a_fresh_process_is_one_line_too(tmp_path, args, msg):
+    """As a user runs it: nothing else on stderr (an import's warnings, a space's build)."""
+    _one_line(cli(*args, cwd=tmp_path), msg)
 
 
 def test_set_tunes_only_the_values_given(tmp_path):

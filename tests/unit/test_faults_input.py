@@ -101,12 +101,23 @@ CASES = {
 }
 
 
+def _small(args):
+    return SMALL[:2] + (args if "--shape" in args else SMALL[2:4] + args) + SMALL[4:]
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_refused_before_measuring(tmp_path, case):
+def test_bad_input_is_refused_before_measuring(tmp_path, tune_here, case):
     args, msg = CASES[case]
     log = tmp_path / "log.json"
-    args = SMALL[:2] + (args if "--shape" in args else SMALL[2:4] + args) + SMALL[4:]
-    assert_refused(cli(*args, "--log", str(log), cwd=tmp_path), msg, log)
+    assert_refused(tune_here(*_small(args), "--log", str(log)), msg, log)
+
+
+@pytest.mark.parametrize("case", ["cuda", "llvm_cpu_typo", "int32_overflow"])
+def test_bad_input_in_a_fresh_process_is_refused_too(tmp_path, case):
+    """As a user runs it, in a child (nothing else on stderr)."""
+    args, msg = CASES[case]
+    log = tmp_path / "log.json"
+    assert_refused(cli(*_small(args), "--log", str(log), cwd=tmp_path), msg, log)
 
 
 SPACE_CASES = {
