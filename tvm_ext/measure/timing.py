@@ -17,6 +17,7 @@ agree within a few percent.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Callable, Dict, Hashable, List, Mapping, Optional
 
 from ..errors import TvmExtError
@@ -123,22 +124,21 @@ class WallSampler:
     ``WARM_S`` untimed (the CPU benches and the tuning summary sample after idle time)."""
 
     def __init__(self, fn: Callable[[], object], min_s: float = 0.05):
-        import time  # noqa: PLC0415
-        self.fn, self._clock = fn, time.perf_counter
+        self.fn = fn
         fn()  # the thread pools start, the pages are touched
-        t0 = self._clock()
+        t0 = time.perf_counter()
         fn()
-        once = max(self._clock() - t0, 1e-7)
+        once = max(time.perf_counter() - t0, 1e-7)
         self.number = max(1, int(min_s / once))
         self.warm = max(1, int(WARM_S / once))
 
     def sample(self) -> float:
         for _ in range(self.warm):
             self.fn()
-        t0 = self._clock()
+        t0 = time.perf_counter()
         for _ in range(self.number):
             self.fn()
-        return (self._clock() - t0) / self.number
+        return (time.perf_counter() - t0) / self.number
 
 
 def in_turn(samplers: Mapping[Hashable, Callable[[], float]], rounds: int,

@@ -8,7 +8,6 @@ import json
 import math
 from typing import Any, List, Optional, Sequence
 
-
 from ..errors import SpaceError
 
 # A knob enumerates at most this many candidates (before its filter): a split of a long axis
