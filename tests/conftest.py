@@ -35,10 +35,12 @@ def tune_here(monkeypatch, capsys, tmp_path):
     ``tmp_path`` with no GPU visible, as the tests' ``cli`` runs it in a child; a
     ``CompletedProcess`` (its exit code, stdout, stderr). For the bad-input cases, which stop
     before anything is built: a child's Python start costs some 2.5 s a case (each test file
-    keeps cases run in a child, for what a fresh process prints)."""
+    keeps cases run in a child, for what a fresh process prints). Only the shipped templates
+    are registered, as in a child: another test of this process may have added its own."""
     import subprocess
 
-    from tvm_ext import target, tune
+    from tvm_ext import strategy, target, tune
+    monkeypatch.setattr(strategy, "_TEMPLATES", {t.name: t for t in strategy.BUILTIN})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TVM_EXT_NO_GPU", "1")
     monkeypatch.delenv("TVM_CUDA_COMPILE_MODE", raising=False)  # restored after the test
