@@ -385,12 +385,10 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
         for k, fn in launches.items():
             pause(k)
             samplers[k] = WallSampler(fn, CPU_SAMPLE_S)
-    samples: Dict[str, List[float]] = {k: [] for k in samplers}
-    for _ in range(rounds):  # in turn: best, fallback, vendor, best, ...
-        for k, smp in samplers.items():
-            if not cuda:
-                pause(k)
-            samples[k].append(smp.sample())
+    from .measure.timing import in_turn  # noqa: PLC0415
+    # in turn: best, fallback, vendor, best, ...
+    samples = in_turn({k: smp.sample for k, smp in samplers.items()}, rounds,
+                      pause=None if cuda else pause)
     med = {k: float(np.median(v)) for k, v in samples.items()}
     for k, v in samples.items():  # a busy host shows as samples far apart: say so
         if len(v) > 1 and max(v) > NOISY * min(v):

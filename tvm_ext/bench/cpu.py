@@ -194,7 +194,7 @@ def _in_turn(calls, repeat: int):
     for fn in calls.values():
         fn()  # warm-up
     return in_turn({k: functools.partial(_one_time, fn) for k, fn in calls.items()}, repeat,
-                   pause=lambda: time.sleep(IDLE_S))
+                   pause=lambda _: time.sleep(IDLE_S))
 
 
 def _one_time(fn) -> float:

@@ -142,15 +142,15 @@ class WallSampler:
 
 
 def in_turn(samplers: Mapping[Hashable, Callable[[], float]], rounds: int,
-            pause: Optional[Callable[[], object]] = None) -> Dict[Hashable, List[float]]:
+            pause: Optional[Callable[[Hashable], object]] = None) -> Dict[Hashable, List[float]]:
     """{key: ``rounds`` samples} of each sampler (a call that returns one time), sampled in
     turn: one sample of each a round, so that a clock, temperature or load drift falls on all
-    of them alike; ``pause`` is called before each sample (the CPU bench's idle time)."""
+    of them alike; ``pause(key)`` is called before each sample (CPU idle time)."""
     samples: Dict[Hashable, List[float]] = {k: [] for k in samplers}
     for _ in range(rounds):
         for k, sample in samplers.items():
             if pause is not None:
-                pause()
+                pause(k)
             samples[k].append(sample())
     return samples
 
