@@ -237,10 +237,8 @@ class ConfigSpace:
     def get(self, index: int) -> ConfigEntity:
         """Config number ``index`` (first-defined knob = least significant digit)."""
         self._check_index(index)
-        entities, t = OrderedDict(), int(index)
-        for name, knob_entities, _ in self._knob_tables():
-            entities[name] = knob_entities[t % len(knob_entities)]
-            t //= len(knob_entities)
+        entities = OrderedDict((name, knob_entities[d]) for (name, knob_entities, _), d
+                               in zip(self._knob_tables(), self.digits(index)))
         return ConfigEntity(int(index), entities)
 
     def index_of(self, config: ConfigEntity) -> Optional[int]:
@@ -305,10 +303,9 @@ class ConfigSpace:
     def is_valid(self, config_or_index) -> bool:
         if isinstance(config_or_index, int):  # names_of(get(index)) without the config
             self._check_index(config_or_index)
-            names, t = dict(self.facts), config_or_index
-            for name, _, values in self._knob_tables():
-                names[name] = values[t % len(values)]
-                t //= len(values)
+            names = dict(self.facts)
+            for (name, _, values), d in zip(self._knob_tables(), self.digits(config_or_index)):
+                names[name] = values[d]
             names = _LazyNames(self, names)
         elif not all(name in config_or_index for name in self.knobs):
             names = self.names_of(config_or_index)  # a let over a missing knob is left out
