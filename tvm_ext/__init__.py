@@ -33,6 +33,8 @@ _LAZY = {
     "build_family": ("family", "build_family"),
     "tune_family": ("family", "tune_family"),
     "pool_yields": ("codegen", "pool_yields"),
+    "host_tensor": ("host_memory", "host_tensor"),
+    "host_empty": ("host_memory", "host_empty"),
 }
 
 

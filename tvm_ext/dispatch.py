@@ -24,6 +24,7 @@ from . import legacy
 from . import record as rec
 from .codegen import use_host_cores
 from .errors import SpaceError, TvmExtError
+from .host_memory import host_empty, host_tensor
 from .space import ConfigEntity
 from .target import describe, parse_target, target_machine
 from .task import Task
@@ -191,21 +192,19 @@ class Kernel:
 
     def run(self, a: np.ndarray, b: np.ndarray, *extras: np.ndarray) -> np.ndarray:
         """The output for A, B (and a subgraph task's epilogue inputs: bias, residual)."""
-        import tvm  # noqa: PLC0415
         dev = self.device
         wl = self.task.workload
-        out = tvm.runtime.empty(wl.out_shape, wl.final_dtype, dev)
-        self(*(tvm.runtime.tensor(x, dev) for x in (a, b, *extras)), out)
+        out = host_empty(wl.out_shape, wl.final_dtype, dev)
+        self(*(host_tensor(x, dev) for x in (a, b, *extras)), out)
         return out.numpy()
 
     def time(self, a: np.ndarray, b: np.ndarray, *extras: np.ndarray, number=10,
              repeat=5) -> float:
         """Median seconds per run."""
-        import tvm  # noqa: PLC0415
         dev = self.device
         wl = self.task.workload
-        args = (*(tvm.runtime.tensor(x, dev) for x in (a, b, *extras)),
-                tvm.runtime.empty(wl.out_shape, wl.final_dtype, dev))
+        args = (*(host_tensor(x, dev) for x in (a, b, *extras)),
+                host_empty(wl.out_shape, wl.final_dtype, dev))
         timer = self.module.time_evaluator("main", dev, number=number, repeat=repeat)
         return float(np.median(timer(*args).results))
 

@@ -55,6 +55,7 @@ from . import record as rec
 from .codegen import compile_module, use_host_cores
 from .dispatch import current
 from .errors import TemplateError, TvmExtError, WorkloadError
+from .host_memory import host_empty, host_tensor
 from .space import ConfigEntity
 from .strategy import get_template, templates_for
 from .target import hardware_facts, parse_target, target_str
@@ -458,12 +459,11 @@ class FamilyModule:
         return len(self.library.kernels)
 
     def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        import tvm  # noqa: PLC0415
         fam = self.library.family
         wl = _workload_of_arrays(fam, a.shape, b.shape)
         dev = self.device
-        out = tvm.runtime.empty(wl.out_shape, fam.out_dtype, dev)
-        self(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), out)
+        out = host_empty(wl.out_shape, fam.out_dtype, dev)
+        self(host_tensor(a, dev), host_tensor(b, dev), out)
         return out.numpy()
 
     def export_library(self, path) -> None:
@@ -591,8 +591,8 @@ def prepare_shapes(target, family: Family, shapes, *, seed=0):
     for i, shape in enumerate(shapes):
         wl = family.workload(shape)
         (a, b), oracle = seeded_data(wl, seed + i)
-        out.append((wl, (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
-                         tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)), oracle))
+        out.append((wl, (host_tensor(a, dev), host_tensor(b, dev),
+                         host_empty(wl.out_shape, wl.out_dtype, dev)), oracle))
     # The references ran on numpy's BLAS threads, which spin for a while after a call: on a
     # small CPU they would take the cores from the first kernels timed.
     time.sleep(0.3)

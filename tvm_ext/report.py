@@ -37,6 +37,7 @@ import numpy as np
 
 from . import record as rec
 from .errors import LogError, TvmExtError, run_command
+from .host_memory import host_tensor
 from .target import describe, target_info
 from .workload import FP8, Workload
 
@@ -332,7 +333,7 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
     fallback_task = Task(wl, target, template=choice.template)
     dev = tvm.cuda(0) if cuda else tvm.cpu(0)
     inputs, check = seeded_data(wl, 0)
-    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    args = [host_tensor(x, dev) for x in inputs]
     launches: Dict[str, Callable] = {}
     modules = {}
     for label, t, config in (("best", task, choice.config if choice.tuned else None),
@@ -343,7 +344,7 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
             mod = t.build(config).mod
             # NaN-poisoned (integers: zeros), so an element the kernel never writes is seen
             poison = np.nan if "float" in wl.final_dtype else 0
-            res = tvm.runtime.tensor(np.full(wl.out_shape, poison, np_dtype(wl.final_dtype)),
+            res = host_tensor(np.full(wl.out_shape, poison, np_dtype(wl.final_dtype)),
                                      dev)
             func = mod["main"]
             func(*args, res)

@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from ..host_memory import host_empty, host_tensor
 from ..workload import Workload
 from .common import Row, check_grid, median_ms, sweep_configs, time_calls
 
@@ -105,8 +106,8 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         if metaschedule else {}
 
     def tvm_args(wl, a, b):
-        return (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev),
-                tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev))
+        return (host_tensor(a, dev), host_tensor(b, dev),
+                host_empty(wl.out_shape, wl.out_dtype, dev))
 
     for name in [n for n in suite if not n.startswith("chain")]:
         wl, k = suite[name], kernels[name]
@@ -145,10 +146,10 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
     m1 = rng.uniform(-1, 1, (w1.K, w1.N)).astype("float32")
     m2 = rng.uniform(-1, 1, (w2.K, w2.N)).astype("float32")
     exp_k = exp_kernel((w1.M, w1.N), target)
-    tx, tm1, tm2 = (tvm.runtime.tensor(v, dev) for v in (x, m1, m2))
-    h = tvm.runtime.empty((w1.M, w1.N), "float32", dev)
-    e = tvm.runtime.empty((w1.M, w1.N), "float32", dev)
-    out = tvm.runtime.empty((w2.M, w2.N), "float32", dev)
+    tx, tm1, tm2 = (host_tensor(v, dev) for v in (x, m1, m2))
+    h = host_empty((w1.M, w1.N), "float32", dev)
+    e = host_empty((w1.M, w1.N), "float32", dev)
+    out = host_empty((w2.M, w2.N), "float32", dev)
     k1, k2, fexp = kernels["chain_mm1"], kernels["chain_mm2"], exp_k.mod["main"]
 
     def chain():
@@ -160,7 +161,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
     np.testing.assert_allclose(out.numpy(), np.exp(x @ m1) @ m2, rtol=1e-3, atol=1e-2)
     calls = {"numpy": lambda: np.exp(x @ m1) @ m2, "ours": chain}
     if ms:
-        ms_out = tvm.runtime.empty((w2.M, w2.N), "float32", dev)
+        ms_out = host_empty((w2.M, w2.N), "float32", dev)
 
         def ms_chain():
             ms["chain_mm1"](tx, tm1, h)
@@ -228,8 +229,8 @@ def run_cpu_sweep(suite, template: str, grid, *, repeat: int, target=None) -> Li
         calls, configs = {"numpy": lambda: np.matmul(a_mk, b_kn)}, {}
         for label, cfg in sweep_configs(name, task, grid):
             func = task.build(cfg).mod["main"]
-            args = (tvm.runtime.tensor(a), tvm.runtime.tensor(b),
-                    tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu()))
+            args = (host_tensor(a), host_tensor(b),
+                    host_empty(wl.out_shape, wl.out_dtype, tvm.cpu()))
             func(*args)
             if not np.allclose(args[2].numpy(), want, rtol=1e-3, atol=1e-3):
                 print(f"  {name} {label}: numerics WRONG", flush=True)

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..host_memory import host_empty, host_tensor
 from ..measure.check import reference_matmul, random_inputs, tolerance
 from .common import time_calls
 
@@ -111,8 +112,8 @@ class _Case:
             self.ref = lambda: torch.matmul(ta, tb)
         else:
             self.a, self.b = random_inputs(wl, rng)
-            self.args = (tvm.runtime.tensor(self.a, dev), tvm.runtime.tensor(self.b, dev),
-                         tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev))
+            self.args = (host_tensor(self.a, dev), host_tensor(self.b, dev),
+                         host_empty(wl.out_shape, wl.out_dtype, dev))
             a2 = np.swapaxes(self.a, -1, -2) if family.layout[0] == "T" else self.a
             b2 = np.swapaxes(self.b, -1, -2) if family.layout[1] == "T" else self.b
             self.ref = lambda: np.matmul(a2, b2)

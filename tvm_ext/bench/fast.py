@@ -42,6 +42,7 @@ def main(argv=None) -> int:
     from tvm import relax  # noqa: PLC0415
 
     from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..host_memory import host_tensor  # noqa: PLC0415
     from ..dispatch import apply_history_best  # noqa: PLC0415
     from ..measure import MeasureOptions  # noqa: PLC0415
     from ..session import tune_task  # noqa: PLC0415
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
     xs = [rng.standard_normal([int(d) for d in prm.ty.shape.values]).astype("float32") * 0.5
           for prm in mod["main"].params]
     dev = tvm.cpu(0)
-    targs = [tvm.runtime.tensor(x, dev) for x in xs]
+    targs = [host_tensor(x, dev) for x in xs]
     exes = {"tvm default": tvm.compile(mod, target=target)}
     with apply_history_best([]):
         exes["untuned (fallbacks)"] = build(mod, target)

@@ -30,6 +30,7 @@ def _child(shape, calls: int) -> dict:
     import tvm  # noqa: PLC0415
 
     from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..host_memory import host_empty, host_tensor  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     from ..workload import Workload  # noqa: PLC0415
@@ -41,8 +42,8 @@ def _child(shape, calls: int) -> dict:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((n, k), dtype=np.float32)
-    ta, tb = tvm.runtime.tensor(a), tvm.runtime.tensor(b)
-    out = tvm.runtime.empty((m, n), "float32", tvm.cpu())
+    ta, tb = host_tensor(a), host_tensor(b)
+    out = host_empty((m, n), "float32", tvm.cpu())
 
     def ours():
         func(ta, tb, out)

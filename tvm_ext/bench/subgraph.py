@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..host_memory import host_empty, host_tensor
 from .common import time_calls
 
 SUBGRAPHS = [("dense", (128, 3072, 768), "NT", "bias+relu"),
@@ -137,8 +138,8 @@ def subgraph_vs_anchor(cases, target, work, trials, tuner, rounds):
         inputs = kernel_inputs(wl, np.random.default_rng(i))
         check = OutputCheck(wl, inputs[0], inputs[1], extras=inputs[2:])
         dev = tvm.cuda(0) if cuda else tvm.cpu(0)
-        args = [tvm.runtime.tensor(x, dev) for x in inputs] + \
-            [tvm.runtime.empty(wl.out_shape, wl.final_dtype, dev)]
+        args = [host_tensor(x, dev) for x in inputs] + \
+            [host_empty(wl.out_shape, wl.final_dtype, dev)]
         calls = {}
         for name, (task, choice) in picks.items():
             mod = task.build(choice.config).mod
@@ -219,7 +220,7 @@ def chain(dims, target, work, trials, tuner, rounds):
     w2 = rng.uniform(-1, 1, (N1, N2)).astype("float32")
     want = np.exp(x.astype(np.float64) @ w1) @ w2
     dev = tvm.cpu(0)
-    targs = [tvm.runtime.tensor(a, dev) for a in (x, w1, w2)]
+    targs = [host_tensor(a, dev) for a in (x, w1, w2)]
     calls = {"numpy": lambda: np.exp(x @ w1) @ w2}
     for name, ex in exes.items():
         vm = relax.VirtualMachine(ex, dev)["main"]
