@@ -34,6 +34,7 @@ import functools
 import sys
 import time
 
+from ..host_memory import host_empty, host_tensor
 from .common import time_calls
 
 
@@ -105,10 +106,10 @@ def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
     chains = min(12, regs - 2)
     mod, flops = peak_kernel(threads, lanes, chains, steps, target)
     func = mod["main"]
-    x = tvm.runtime.tensor(np.zeros((threads, chains, lanes), "float32"))
-    w = tvm.runtime.tensor(np.ones((threads, lanes), "float32"))
-    y = tvm.runtime.tensor(np.full((steps,), 1e-6, "float32"))
-    out = tvm.runtime.empty((threads, chains, lanes), "float32", tvm.cpu())
+    x = host_tensor(np.zeros((threads, chains, lanes), "float32"))
+    w = host_tensor(np.ones((threads, lanes), "float32"))
+    y = host_tensor(np.full((steps,), 1e-6, "float32"))
+    out = host_empty((threads, chains, lanes), "float32", tvm.cpu())
     func(x, w, y, out)
     samples = time_calls(functools.partial(func, x, w, y, out), repeat=max(repeat, PEAK_SAMPLES),
                          min_s=PEAK_SAMPLE_S)
@@ -220,7 +221,7 @@ def main(argv=None) -> int:
               f"(median ms, best; GB/s of the weight at the median; the floor's median / the "
               f"row's)")
         for name, (med, best) in rows.items():
-            print(f"  {name:<28} {med:7.3f} ms  best {best:7.3f}  {mb / med:6.1f} GB/s  "
+            print(f"  {name:<32} {med:7.3f} ms  best {best:7.3f}  {mb / med:6.1f} GB/s  "
                   f"{floor[0] / med:5.2f} of the floor")
     return 0
 
@@ -261,7 +262,7 @@ def store_floor(wl, repeat: int = 7, target=None) -> float:
     if outer is not None:
         sch.parallel(outer)
     func = compile_module(sch.mod, target)["main"]
-    out = tvm.runtime.empty(shape, wl.out_dtype, tvm.cpu())
+    out = host_empty(shape, wl.out_dtype, tvm.cpu())
     func(out)
     samples = _timed(functools.partial(func, out), repeat)
     if not (out.numpy() == 1.0).all():
@@ -269,11 +270,13 @@ def store_floor(wl, repeat: int = 7, target=None) -> float:
     return float(np.median(samples)) * 1e3
 
 
-def read_kernel(wl, lanes: int, target):
-    """A TVM kernel that only reads ``wl``'s weight ([N, K], NT) and sums each row (four
-    independent vector sums a row, rows in parallel): the least time any kernel that reads each
-    weight element once can take on this host; built for ``target`` (``gemv_rows`` resolves
-    it)."""
+def read_kernel(wl, lanes: int, target, rows: int = 8):
+    """A TVM kernel that only reads ``wl``'s weight ([N, K], NT) and sums each row: ``rows``
+    rows side by side a thread (a vector of partial sums each, so that many streams of the
+    weight in flight, as the gemv template's ``rows``), whole rows in parallel: the least time
+    a kernel that reads each weight element once takes on this host; built for ``target``
+    (``gemv_rows`` resolves it). One row at a time (the version before 2026-11-28) read the
+    67 MB weight of the gemv row 1.2-1.45x slower than the gemv kernel itself."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
@@ -284,23 +287,28 @@ def read_kernel(wl, lanes: int, target):
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([W, R])}))
     block = sch.get_sblock("R")
     n, kk = sch.get_loops(block)
-    width = 4 * lanes if wl.K % (4 * lanes) == 0 else 1  # 4 independent vector sums a row
+    width = lanes if wl.K % lanes == 0 else 1
+    rows = rows if wl.N % rows == 0 else 1
     _, ki = sch.split(kk, [None, width])
     rf = sch.rfactor(ki, 0)  # R_rf[ki, n]: the partial sums
     n, ko, ki = sch.get_loops(rf)
-    no, ni = sch.split(n, [None, max(1, wl.N // 64)])  # 64 parallel tasks of whole rows
+    tasks = max(1, min(64, wl.N // rows))  # up to 64 parallel tasks of whole rows
+    no, ni, nr = sch.split(n, [tasks, None, rows])
+    sch.reorder(no, ni, ko, nr, ki)
     sch.parallel(no)
-    acc = sch.cache_write(rf, 0, "local")  # a row's partial sums, in registers
+    acc = sch.cache_write(rf, 0, "local")  # the rows' partial sums, in registers
     sch.reverse_compute_at(acc, ni)
+    sch.unroll(nr)
     sch.vectorize(ki)
     sch.decompose_reduction(rf, ko)
-    sch.reverse_compute_at(block, ni)  # the row's sum right after its partial sums
+    sch.reverse_compute_at(block, ni)  # the rows' sums right after their partial sums
     return compile_module(sch.mod, target)["main"]
 
 
 def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
     """{label: (median ms, best ms)} of numpy's ``a @ w.T``, our kernel of ``wl`` under ``log``
-    and ``read_kernel`` (the floor), sampled in turn as the CPU bench samples (``cpu._in_turn``:
+    (its weight on huge pages, ``host_tensor``, and on TVM's own 4 KB pages) and
+    ``read_kernel`` (the floor), sampled in turn as the CPU bench samples (``cpu._in_turn``:
     each sample after idle time)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
@@ -316,18 +324,32 @@ def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
     with apply_history_best([log] if log else []):
         kernel = build(wl, target)
     floor = read_kernel(wl, hardware_facts(target)["vector_lanes"], target)
-    W = tvm.runtime.tensor(w)
-    sums = tvm.runtime.empty((wl.N,), "float32", tvm.cpu())
+    W = host_tensor(w)
+    sums = host_empty((wl.N,), "float32", tvm.cpu())
     floor(W, sums)
     np.testing.assert_allclose(sums.numpy(), w.sum(axis=1), rtol=1e-3, atol=1e-3)
-    args = [tvm.runtime.tensor(a), W, tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
+    args = [host_tensor(a), W, host_empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
     kernel(*args)
     np.testing.assert_allclose(args[2].numpy(), a @ w.T, rtol=1e-3, atol=1e-3)
+    # the same kernel with its weight in TVM's own allocation (4 KB pages: a mapping of its
+    # own, above glibc's largest mmap threshold, never advised; host_memory)
+    tvm_own = [args[0], tvm.runtime.tensor(w), host_empty(wl.out_shape, wl.out_dtype)]
+    kernel(*tvm_own)
+    np.testing.assert_array_equal(tvm_own[2].numpy(), args[2].numpy())
     tag = "tuned" if kernel.choice.tuned else "fallback"
     samples = _in_turn({"numpy": lambda: a @ w.T,
                         f"ours ({kernel.task.name}, {tag})": functools.partial(kernel, *args),
+                        f"ours, weight on {_pages(tvm_own[1])}": functools.partial(kernel,
+                                                                                   *tvm_own),
                         "reading the weight alone": functools.partial(floor, W, sums)}, repeat)
     return {k: (float(np.median(v)) * 1e3, min(v) * 1e3) for k, v in samples.items()}
+
+
+def _pages(tensor) -> str:
+    """The pages of ``tensor``'s mapping, as Linux says (``host_memory.mapping``)."""
+    from ..host_memory import mapping  # noqa: PLC0415
+    m = mapping(tensor)
+    return "huge pages" if m.get("huge_bytes") else "4 KB pages" if m else "pages unknown"
 
 
 def packed_both_ways(task, cfg, b, target) -> dict:
@@ -340,10 +362,10 @@ def packed_both_ways(task, cfg, b, target) -> dict:
     from ..codegen import compile_module  # noqa: PLC0415
     from ..ops.x86_gemm import pack_weight, prepacked_kernel  # noqa: PLC0415
     wl = task.workload
-    return {"packed at every call": (task.build(cfg)["main"], tvm.runtime.tensor(b)),
+    return {"packed at every call": (task.build(cfg)["main"], host_tensor(b)),
             "weight packed at build time": (compile_module(tvm.IRModule(
                 {"main": prepacked_kernel(wl, cfg, task.facts["vector_lanes"])}),
-                target)["main"], tvm.runtime.tensor(pack_weight(wl, b, cfg["tile_x"].size[-1])))}
+                target)["main"], host_tensor(pack_weight(wl, b, cfg["tile_x"].size[-1])))}
 
 
 def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, target=None):
@@ -378,8 +400,8 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
         b = rng.uniform(-1, 1, wn.b_shape).astype(wl.dtype)
         want = a @ (b.T if wn.transpose_b else b)
         for label, (f, weight) in packed_both_ways(tn, cfg, b, target).items():
-            args = (tvm.runtime.tensor(a), weight,
-                    tvm.runtime.empty(wn.out_shape, wn.out_dtype, tvm.cpu()))
+            args = (host_tensor(a), weight,
+                    host_empty(wn.out_shape, wn.out_dtype, tvm.cpu()))
             f(*args)
             np.testing.assert_allclose(args[2].numpy(), want, rtol=1e-4, atol=1e-3)
             calls[(n, label)] = functools.partial(f, *args)
@@ -461,8 +483,8 @@ def ladder(suite, log, repeat: int = 9, target=None):
                                      lanes, target)
             a = rng.uniform(-1, 1, (tiles * rows if streamed else rows, k - k % ki))
             b = rng.uniform(-1, 1, (threads, k - k % ki, width))
-            args = [tvm.runtime.tensor(x.astype("float32")) for x in (a, b)] + [
-                tvm.runtime.empty((threads, tiles, rows, width), "float32", tvm.cpu())]
+            args = [host_tensor(x.astype("float32")) for x in (a, b)] + [
+                host_empty((threads, tiles, rows, width), "float32", tvm.cpu())]
             mod["main"](*args)
             want = (a.reshape(tiles, rows, -1) if streamed else a) @ b[:, None]
             np.testing.assert_allclose(args[2].numpy(), np.broadcast_to(
@@ -470,8 +492,8 @@ def ladder(suite, log, repeat: int = 9, target=None):
             calls[(key, label)] = functools.partial(mod["main"], *args)
             flops[(key, label)] = flop
         a, b = random_inputs(wl, rng)
-        args = [tvm.runtime.tensor(a), tvm.runtime.tensor(b),
-                tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
+        args = [host_tensor(a), host_tensor(b),
+                host_empty(wl.out_shape, wl.out_dtype, tvm.cpu())]
         f = task.build(cfg)["main"]
         f(*args)
         np.testing.assert_allclose(args[2].numpy(), reference_matmul(wl, a, b), *tolerance(wl))
@@ -503,8 +525,8 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None):
     if not prepackable(task.name, wl, choice.config):
         return []
     a, b = random_inputs(wl, np.random.default_rng(0))
-    A = tvm.runtime.tensor(a)
-    kernels = {label: (f, [A, weight, tvm.runtime.empty(wl.out_shape, wl.out_dtype, tvm.cpu())])
+    A = host_tensor(a)
+    kernels = {label: (f, [A, weight, host_empty(wl.out_shape, wl.out_dtype, tvm.cpu())])
                for label, (f, weight) in packed_both_ways(task, choice.config, b, target).items()}
     for f, fargs in kernels.values():
         f(*fargs)
