@@ -25,6 +25,7 @@ import numpy as np
 import tvm
 
 import tvm_ext.family as F
+from tvm_ext.host_memory import host_empty, host_tensor
 from tvm_ext.measure.check import random_inputs, reference_matmul
 from tvm_ext.target import default_target, describe
 from tvm_ext.workload import Family
@@ -79,8 +80,8 @@ def main(argv=None):
     for shape in shapes + [outside]:  # and one shape outside the family
         wl = fam.workload(shape)
         a, b = random_inputs(wl, rng)
-        c = tvm.runtime.empty(wl.out_shape, wl.out_dtype, dev)
-        run(tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), c)
+        c = host_empty(wl.out_shape, wl.out_dtype, dev)  # CPU: on huge pages, as numpy's
+        run(host_tensor(a, dev), host_tensor(b, dev), c)
         np.testing.assert_allclose(c.numpy(), reference_matmul(wl, a, b), rtol=1e-4, atol=1e-3)
     print(f"{len(shapes)} shapes of the family and one outside it match numpy")
 
