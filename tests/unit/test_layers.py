@@ -23,7 +23,8 @@ LAYERS = [
     ["template"],        # what a template is
     ["ops"],             # the templates
     ["strategy"],        # which templates exist and apply
-    ["codegen"],         # pass options, CUDA compiler mode, launch attributes
+    ["codegen", "host_memory"],  # pass options, CUDA compiler mode, launch attributes; CPU
+    #                            tensors on huge pages
     ["task"],
     ["propose"],         # ranks a space's configs from hardware facts, measuring nothing
     ["tuner", "measure"],

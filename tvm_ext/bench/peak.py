@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import time
 
 from ..host_memory import host_empty, host_tensor
 from .common import time_calls
@@ -76,16 +75,6 @@ def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target):
 #: Zen 3 cores, and a peak taken from one such call (``--repeat 1``) measured 144 GFLOP/s
 #: where 7 calls gave 193, and reported rows at more than 100% of it.
 PEAK_SAMPLES, PEAK_SAMPLE_S = 7, 0.02
-
-
-def _timed(call, repeat: int):
-    """Seconds of ``repeat`` calls, one at a time."""
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return samples
 
 
 def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
@@ -264,7 +253,7 @@ def store_floor(wl, repeat: int = 7, target=None) -> float:
     func = compile_module(sch.mod, target)["main"]
     out = host_empty(shape, wl.out_dtype, tvm.cpu())
     func(out)
-    samples = _timed(functools.partial(func, out), repeat)
+    samples = time_calls(functools.partial(func, out), repeat=repeat)
     if not (out.numpy() == 1.0).all():
         raise RuntimeError("the store kernel left part of the output unwritten")
     return float(np.median(samples)) * 1e3
