@@ -264,8 +264,8 @@ def read_kernel(wl, lanes: int, target, rows: int = 8):
     rows side by side a thread (a vector of partial sums each, so that many streams of the
     weight in flight, as the gemv template's ``rows``), whole rows in parallel: the least time
     a kernel that reads each weight element once takes on this host; built for ``target``
-    (``gemv_rows`` resolves it). One row at a time (the version before 2026-11-28) read the
-    67 MB weight of the gemv row 1.2-1.45x slower than the gemv kernel itself."""
+    (``gemv_rows`` resolves it). One row at a time (the version of 18d4c80) read the 67 MB
+    weight of the gemv row 7-11% slower than the gemv kernel itself (docs/BENCHMARKS.md)."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
