@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..host_memory import host_empty, host_tensor
+from ..host_memory import host_tensor
 from ..result import error_line
 
 logger = logging.getLogger("tvm_ext")
@@ -137,9 +137,10 @@ class DeviceArgs:
 
     def __init__(self, wl, dev, inputs: List[np.ndarray], check, *, target=None,
                  free_bytes: Optional[int] = None):
+        import tvm  # noqa: PLC0415
         self.wl, self.dev, self.check = wl, dev, check
         self._poison_host = poison(tuple(int(d) for d in wl.out_shape), wl.final_dtype)
-        self.args = [host_tensor(x, dev) for x in inputs]
+        self.args = [host_tensor(x, dev) for x in inputs]  # a CPU's on huge pages
         self.args.append(host_tensor(self._poison_host, dev))
         self._fresh = True
         # A poisoned copy on the device where it fits in ``free_bytes`` (else each reset
@@ -147,7 +148,7 @@ class DeviceArgs:
         fits = free_bytes is not None and 2 * self._poison_host.nbytes < free_bytes
         self._poison = None
         if fits:  # copied on the device from the output, not uploaded twice
-            self._poison = host_empty(self._poison_host.shape, wl.final_dtype, dev)
+            self._poison = tvm.runtime.empty(self._poison_host.shape, wl.final_dtype, dev)
             self._poison.copyfrom(self.args[-1])
         self._inspect = None
         if check is not None and target is not None:
@@ -159,9 +160,9 @@ class DeviceArgs:
         if self._inspect is not None:
             floating = not wl.final_dtype.startswith(("int", "uint"))
             flat = np.ravel_multi_index(check.idx, self._poison_host.shape).astype("int64")
-            self._idx = host_tensor(flat, dev)
-            self._got = host_empty((len(flat),), wl.final_dtype, dev)
-            self._unwritten = (host_empty((min(self._poison_host.size, _SCAN_THREADS),),
+            self._idx = tvm.runtime.tensor(flat, dev)
+            self._got = tvm.runtime.empty((len(flat),), wl.final_dtype, dev)
+            self._unwritten = (tvm.runtime.empty((min(self._poison_host.size, _SCAN_THREADS),),
                                                  "int32", dev) if floating else None)
 
     @property
