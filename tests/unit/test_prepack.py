@@ -1,6 +1,8 @@
 """Constant weights packed once at build time (issue 25): the prepacked kernel of a
 dense_pack.x86 config answers as numpy in the layouts it takes, and a Relax model's constant
 weight (only a constant, only where the tiles divide) is packed by ``build``."""
+import sys
+
 import numpy as np
 import pytest
 import tvm
@@ -80,3 +82,37 @@ def test_build_packs_a_constant_weight_once():
         apply = ApplyTunedKernels(CPU)
         applied = apply(legalize_as_strategy(param_mod))
     assert prepack_constant_weights(applied, apply.plain, _mark)[1] == []
+
+
+def test_large_constants_of_a_cpu_model_go_on_huge_pages():
+    """``constants_on_huge_pages``: a constant of 2 MB or more is copied onto huge pages (the
+    advice read back from smaps on Linux), a small one stays; the built model computes the same
+    (``build`` moves them, after prepacking)."""
+    from tvm_ext import host_memory as hm
+    from tvm_ext.relax.prepack import constants_on_huge_pages
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((1024, 1024)).astype("float32")  # 4 MB
+    bias = rng.standard_normal((1024,)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((4, 1024), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(R.add(R.matmul(x, relax.const(w)), relax.const(bias)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    moved, count = constants_on_huge_pages(mod)
+    assert count == 1
+    consts = []
+    relax.analysis.post_order_visit(
+        moved["main"], lambda e: consts.append(e) if isinstance(e, tvm.ir.expr.Constant) else None)
+    big = [c for c in consts if isinstance(c.value, tvm.runtime.Tensor)
+           and c.value.shape == (1024, 1024)]
+    assert len(big) == 1
+    np.testing.assert_array_equal(big[0].value.numpy(), w)
+    if sys.platform.startswith("linux") and hm.enabled():
+        assert hm.mapping(big[0].value)["advised"] is True
+    xv = rng.standard_normal((4, 1024)).astype("float32")
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(mod, CPU, strategy=True)
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xv)).numpy()
+    np.testing.assert_allclose(got, xv @ w + bias, rtol=1e-4, atol=1e-3)

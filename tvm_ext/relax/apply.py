@@ -21,7 +21,7 @@ from ..target import parse_target
 from ..workload import Workload
 from .legalize import legalize_as_strategy
 from .match import match_family, match_fused, match_matmul
-from .prepack import prepack_constant_weights
+from .prepack import constants_on_huge_pages, prepack_constant_weights
 from .subgraph import fuse
 
 _OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
@@ -141,7 +141,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     write-back; such a function takes its subgraph task's record (``subgraph``),
     else its anchor matmul's (marked so in the report), else the fallback. ``prepack`` (CPU):
     a plain matmul whose weight is a constant of the model gets it packed here, once
-    (``prepack_constant_weights``), instead of at every call."""
+    (``prepack_constant_weights``), instead of at every call; a CPU model's large constants go
+    on huge pages (``constants_on_huge_pages``)."""
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
@@ -154,6 +155,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     mod = apply(mod)
     if prepack and target.kind.name == "llvm":
         mod, _ = prepack_constant_weights(mod, apply.plain, _mark)
+    if target.kind.name == "llvm":
+        mod, _ = constants_on_huge_pages(mod)
     config = dict(apply.pass_config)
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)

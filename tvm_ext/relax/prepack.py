@@ -5,6 +5,10 @@ weight read once and written once more per call). Where B is a constant of the R
 numpy, into the panels of the kernel's config (``pack_weight``), and calls that config's kernel
 without its packing (``prepacked_kernel``) instead. Only plain matmuls whose register tile and
 K step divide the shape; fused ones and padded tiles keep packing.
+
+``constants_on_huge_pages`` then moves every large constant of a CPU model (packed here or not)
+onto huge pages (``host_memory``), where the measurers put a kernel's operands: a model built
+in memory runs on its constants' own tensors.
 """
 from __future__ import annotations
 
@@ -57,3 +61,33 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
         if isinstance(func, relax.Function):
             rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
     return rewriter.builder_.get(), done
+
+
+def constants_on_huge_pages(mod):
+    """``mod`` with each constant of its Relax functions of ``host_memory.MIN_BYTES`` or more
+    copied onto huge pages (``host_tensor``), as numpy's large arrays and the measurers'
+    operands are. The VM of a model built in memory reads a constant's own tensor; one loaded
+    from a file gets TVM's allocation. Returns (module, number of constants moved)."""
+    from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
+
+    from ..host_memory import MIN_BYTES, host_tensor  # noqa: PLC0415
+    moved = []
+
+    @mutator
+    class _Rehome(PyExprMutator):
+        def visit_generic_const_(self, const):
+            value = const.value  # a tensor, or a scalar of a GenericConst
+            if not isinstance(value, tvm.runtime.Tensor) or \
+                    value.device.dlpack_device_type() != tvm.cpu(0).dlpack_device_type():
+                return const
+            arr = value.numpy()
+            if arr.nbytes < MIN_BYTES:
+                return const
+            moved.append(arr.nbytes)
+            return relax.const(host_tensor(arr))
+
+    rewriter = _Rehome(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get(), len(moved)
