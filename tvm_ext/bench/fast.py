@@ -42,8 +42,8 @@ def main(argv=None) -> int:
     from tvm import relax  # noqa: PLC0415
 
     from ..codegen import use_host_cores  # noqa: PLC0415
-    from ..host_memory import host_tensor  # noqa: PLC0415
     from ..dispatch import apply_history_best  # noqa: PLC0415
+    from ..host_memory import host_tensor  # noqa: PLC0415
     from ..measure import MeasureOptions  # noqa: PLC0415
     from ..session import tune_task  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415

@@ -71,7 +71,7 @@ def constants_on_huge_pages(mod):
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
     from ..host_memory import MIN_BYTES, host_tensor  # noqa: PLC0415
-    moved = []
+    moved = {}  # {data address of a constant: the constant on huge pages}
 
     @mutator
     class _Rehome(PyExprMutator):
@@ -80,11 +80,13 @@ def constants_on_huge_pages(mod):
             if not isinstance(value, tvm.runtime.Tensor) or \
                     value.device.dlpack_device_type() != tvm.cpu(0).dlpack_device_type():
                 return const
+            if value.data_ptr() in moved:  # one constant used twice: one copy
+                return moved[value.data_ptr()]
             arr = value.numpy()
             if arr.nbytes < MIN_BYTES:
                 return const
-            moved.append(arr.nbytes)
-            return relax.const(host_tensor(arr))
+            moved[value.data_ptr()] = relax.const(host_tensor(arr))
+            return moved[value.data_ptr()]
 
     rewriter = _Rehome(mod)
     for gv, func in mod.functions.items():
