@@ -32,6 +32,21 @@ def enabled() -> bool:
     return sys.platform.startswith("linux") and os.environ.get("TVM_EXT_HUGE_PAGES", "1") != "0"
 
 
+def describe() -> str:
+    """Where large CPU tensors go, for a bench's header: huge pages and the host's transparent
+    huge page mode ("never": the advice does nothing), or TVM's allocation."""
+    if not sys.platform.startswith("linux"):
+        return "TVM's allocation (not Linux)"
+    if not enabled():
+        return "TVM's allocation (TVM_EXT_HUGE_PAGES=0)"
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read().split("[")[1].split("]")[0]
+    except (OSError, IndexError):
+        mode = "unknown"
+    return f"huge pages from {MIN_BYTES >> 20} MB (transparent huge pages: {mode})"
+
+
 def _huge_array(shape, dtype) -> np.ndarray | None:
     """An uninitialised numpy array of ``shape`` in an anonymous mapping of its own (never the
     heap, whose reused chunks carry whatever advice numpy gave them before), its data starting

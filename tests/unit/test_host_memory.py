@@ -73,3 +73,12 @@ def test_kernel_reads_and_writes_huge_page_tensors():
     k(hm.host_tensor(a), wt, out)
     np.testing.assert_allclose(out.numpy(), a @ w.T, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(k.run(a, w), a @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_describe_says_where_large_tensors_go(monkeypatch):
+    monkeypatch.setenv("TVM_EXT_HUGE_PAGES", "0")
+    assert hm.describe() in ("TVM's allocation (TVM_EXT_HUGE_PAGES=0)",
+                             "TVM's allocation (not Linux)")
+    monkeypatch.delenv("TVM_EXT_HUGE_PAGES")
+    if sys.platform.startswith("linux"):
+        assert hm.describe().startswith("huge pages from 2 MB (transparent huge pages: ")

@@ -187,8 +187,9 @@ def main(argv=None) -> int:
               f"timing: {args.timing}")
         print_table(rows, ref_name="cuBLAS")
     else:
+        from .. import host_memory  # noqa: PLC0415
         print(f"device: {describe(target)}, {os.cpu_count()} cores; numpy: "
-              f"{blas_info()}; log: {log}")
+              f"{blas_info()}; our tensors: {host_memory.describe()}; log: {log}")
         print_table(rows, ref_name="numpy")
     dicts = [{**asdict(r), "ratio": r.ratio} for r in rows]
     if args.json:
