@@ -120,6 +120,14 @@ class _LazyNames(dict):
         return value
 
 
+def _name_value(entity, knob):
+    """The value a knob's entity gives its name in constraints and let terms: a split's sizes
+    with the -1 resolved against the knob's length, any other entity's value."""
+    if isinstance(entity, SplitEntity) and knob is not None:
+        return entity.resolved(knob.length)
+    return entity.value
+
+
 class ConfigSpace:
     """An ordered set of knobs, with let terms and constraints over them.
 
@@ -225,9 +233,8 @@ class ConfigSpace:
         """(name, entities, the value ``names_of`` gives each) per knob, in order: the
         proposer and the tuners check tens of thousands of configs by index."""
         if self._tables is None:
-            self._tables = [(name, knob.entities, [
-                e.resolved(knob.length) if isinstance(e, SplitEntity) else e.value
-                for e in knob.entities]) for name, knob in self.knobs.items()]
+            self._tables = [(name, knob.entities, [_name_value(e, knob) for e in knob.entities])
+                            for name, knob in self.knobs.items()]
         return self._tables
 
     def _check_index(self, index: int) -> None:
@@ -276,10 +283,7 @@ class ConfigSpace:
         the let terms in their order (``lets``)."""
         names = dict(self.facts)
         for name, entity in config.items():
-            if isinstance(entity, SplitEntity) and name in self.knobs:
-                names[name] = entity.resolved(self.knobs[name].length)
-            else:
-                names[name] = entity.value
+            names[name] = _name_value(entity, self.knobs.get(name))
         for name, expr in self.lets.items() if lets else ():
             # A config may lack a knob (Task.complete asks for names before it fills in the
             # knobs that have a default_expr): a let term over it is left out, as the knob is.
