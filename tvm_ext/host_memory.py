@@ -73,11 +73,8 @@ def host_empty(shape, dtype, dev=None):
     import tvm  # noqa: PLC0415
     dev = dev if dev is not None else tvm.cpu(0)
     shape = tuple(int(d) for d in shape)
-    if _wanted(shape, dtype, dev):
-        arr = _huge_array(shape, dtype)
-        if arr is not None:
-            return tvm.runtime.from_dlpack(arr)
-    return tvm.runtime.empty(shape, dtype, dev)
+    arr = _wanted_array(shape, dtype, dev)
+    return tvm.runtime.empty(shape, dtype, dev) if arr is None else tvm.runtime.from_dlpack(arr)
 
 
 def host_tensor(array, dev=None):
@@ -86,12 +83,11 @@ def host_tensor(array, dev=None):
     import tvm  # noqa: PLC0415
     dev = dev if dev is not None else tvm.cpu(0)
     array = np.asarray(array)
-    if _wanted(array.shape, array.dtype, dev):
-        arr = _huge_array(array.shape, array.dtype)
-        if arr is not None:
-            arr[...] = array  # the first touch: the pages are made huge here
-            return tvm.runtime.from_dlpack(arr)
-    return tvm.runtime.tensor(array, dev)
+    arr = _wanted_array(array.shape, array.dtype, dev)
+    if arr is None:
+        return tvm.runtime.tensor(array, dev)
+    arr[...] = array  # the first touch: the pages are made huge here
+    return tvm.runtime.from_dlpack(arr)
 
 
 def mapping(tensor) -> dict:
@@ -126,6 +122,12 @@ def mapping(tensor) -> dict:
 
 def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def _wanted_array(shape, dtype, dev) -> np.ndarray | None:
+    """``_huge_array`` where a tensor of ``shape`` and ``dtype`` on ``dev`` goes on huge pages
+    (``_wanted``), else None: TVM's own allocation."""
+    return _huge_array(shape, dtype) if _wanted(shape, dtype, dev) else None
 
 
 def _wanted(shape, dtype, dev) -> bool:
