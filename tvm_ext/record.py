@@ -29,7 +29,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from .errors import LogError, TvmExtError, WorkloadError
 from .result import MeasureResult
 from .space import ConfigEntity
-from .target import describe, target_machine, target_matches
+from .target import cpu_threads, describe, target_info, target_machine, target_matches
 from .workload import Workload
 
 logger = logging.getLogger("tvm_ext")
@@ -441,10 +441,29 @@ def latest_measurements(records: Sequence[Record]) -> List[Record]:
 
 def ranked_for(records: Sequence[Record], workload: Workload, target) -> List[Record]:
     """The valid records of ``workload`` that apply to ``target``, best first: those measured
-    on the target's own machine (its GPU model, or its CPU) fastest first, then the others
-    fastest first (a time measured on another machine does not rank kernels for this one)."""
+    on the target's own machine (its GPU model, or its CPU and thread count) fastest first, then
+    the others (a time measured on another machine does not rank kernels for this one): on the
+    CPU those of the target's own CPU first, then those of the nearest thread count
+    (``_farness``), each group fastest first; on a GPU the others fastest first."""
     machine = target_machine(target)
+    info = target_info(target)
+    if info["kind"] == "llvm" and not info["num_cores"]:
+        info["num_cores"] = cpu_threads()  # what its kernels run on (codegen.use_host_cores)
     mine = latest_measurements([r for r in for_target(records, target)
                                 if r.key() == workload.key() and r.result.ok])
-    return sorted(mine, key=lambda r: (machine is None or target_machine(r.target) != machine,
-                                       r.result.mean))
+    return sorted(mine, key=lambda r: (machine is None or target_machine(r.target) != machine,)
+                  + _farness(target_info(r.target), info) + (r.result.mean,))
+
+
+def _farness(measured_on: Dict[str, object], target: Dict[str, object]) -> tuple:
+    """How far the machine a CPU record was measured on is from the target's: another CPU
+    (``mcpu``) than the target names, then how many doublings apart the thread counts are (2
+    and 4: 1; 2 and 16: 3; 0 for a record that does not say). () for a GPU. A time of 16
+    threads is shorter than one of 2 on any CPU: ranked by time alone, other machines' records
+    gave every host the configs of the most cores tuned for (their parallel split, their
+    tiles)."""
+    if target["kind"] != "llvm":
+        return ()
+    cores = measured_on["num_cores"]
+    return (bool(target["mcpu"]) and measured_on["mcpu"] != target["mcpu"],
+            abs(math.log2(cores / target["num_cores"])) if cores else 0.0)

@@ -177,6 +177,28 @@ def test_cpu_records_rank_by_their_thread_count(tmp_path):
     assert [r.result.mean for r in record.ranked_for(recs, WL, json.loads(one))] == [1e-3, 2e-3]
 
 
+def test_other_machines_records_rank_by_cpu_then_nearest_thread_count(tmp_path, monkeypatch):
+    """Where the target's own machine has no record, a record of its own CPU comes first, then
+    the nearest thread count (in doublings), then the fastest: a 16-thread time is shorter than
+    a 2-thread one on any CPU, and must not hand a 4-core host the 16-core config. A target
+    that names no thread count runs on ``cpu_threads()`` (``TVM_NUM_THREADS`` here)."""
+    cpu = '{"kind": "llvm", "keys": ["cpu"], "mcpu": "%s", "num-cores": %d}'
+    log = tmp_path / "machines.json"
+    record.append(log, [_line(1e-3, 0, target=cpu % ("znver4", 16)),
+                        _line(3e-3, 1, target=cpu % ("znver4", 2)),
+                        _line(2e-3, 2, target=cpu % ("znver3", 4))])
+    recs = record.load(log)
+    costs = lambda t: [r.result.mean for r in record.ranked_for(recs, WL, t)]  # noqa: E731
+    assert costs(json.loads(cpu % ("znver4", 4))) == [3e-3, 1e-3, 2e-3]
+    assert costs(json.loads(cpu % ("znver4", 8))) == [1e-3, 3e-3, 2e-3]
+    assert costs(json.loads(cpu % ("znver3", 16))) == [2e-3, 1e-3, 3e-3]
+    assert costs({"kind": "llvm", "num-cores": 4}) == [2e-3, 3e-3, 1e-3]
+    monkeypatch.setenv("TVM_NUM_THREADS", "4")
+    assert costs({"kind": "llvm"}) == [2e-3, 3e-3, 1e-3]
+    monkeypatch.setenv("TVM_NUM_THREADS", "16")
+    assert costs({"kind": "llvm"}) == [1e-3, 2e-3, 3e-3]
+
+
 def test_a_config_measured_again_keeps_only_its_latest_time(tmp_path):
     """A config of a template measured twice on one machine ranks by its latest measurement
     (the template's code and the machine's state of then are in the older one): its old,
