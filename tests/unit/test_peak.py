@@ -134,20 +134,49 @@ def test_weight_sweep_times_the_rows_config_on_each_width_after_checking_it():
     assert all(0 < best <= med for _, _, _, (med, best) in rows)
 
 
-def test_gemm_rows_give_ours_and_numpys_share_of_the_peak(monkeypatch, capsys):
-    """--gemm prints each large row's share of the peak, ours and numpy's (sampled in turn by
-    the bench), at the median and the best sample: numpy's share is what the host leaves
-    reachable on the same shape."""
+def test_gemm_rows_give_ours_and_numpys_share_of_the_peak_sampled_in_turn(monkeypatch, capsys):
+    """--gemm prints each large row's share of the peak, ours and numpy's, against the peak
+    kernel sampled in turn with the row (``row.peak_gflops``): the median by the peak's median,
+    the best sample by the peak's best; numpy's share is what the host leaves reachable on the
+    same shape. The peak kernel is what ``run_cpu`` samples beside the row."""
     from tvm_ext.bench import cpu
     from tvm_ext.bench.common import Row
     monkeypatch.setattr(peak, "measure", lambda *a, **k: {
-        "threads": 2, "lanes": 8, "chains": 12, "gflops": 200.0, "gflops_median": 190.0})
+        "threads": 2, "lanes": 8, "chains": 12, "gflops": 300.0, "gflops_median": 290.0})
+    kernel = (lambda: None, 1e9)
+    monkeypatch.setattr(peak, "peak_call", lambda *a, **k: (*kernel, {}))
     row = Row("gemm1 1024x1024x2048", 2e9, 25.0, "", 20.0, "", "dense_pack.x86 tuned",
               ref_best_ms=12.5, ours_best_ms=16.0)  # numpy 80 GFLOP/s (best 160), ours 100 (125)
-    monkeypatch.setattr(cpu, "run_cpu", lambda *a, **k: [row])
+    row.peak_gflops = (200.0, 250.0)
+    given = {}
+    monkeypatch.setattr(cpu, "run_cpu", lambda *a, **k: given.update(k) or [row])
     monkeypatch.setattr(peak, "prepacked_rows", lambda *a, **k: [])
     monkeypatch.setattr(peak, "store_floor", lambda *a, **k: 1.0)
     assert peak.main(["--gemm"]) == 0
+    assert given["peak"] == kernel
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("gemm1"))
-    assert "100.0 GFLOP/s   50.0% of the peak (its best sample 62.5%" in line, line
-    assert "numpy 40.0% (best 80.0%)" in line, line
+    assert "100.0 GFLOP/s   50.0% of the peak (its best sample 50.0%" in line, line
+    assert "numpy 40.0% (best 64.0%); the peak 200.0 (best 250.0)" in line, line
+
+
+def test_the_peak_kernel_is_sampled_in_turn_with_every_comparison():
+    """``peak=(call, flops)``: the rows of ``run_cpu`` carry the peak kernel's rates from their
+    own turns, and ``ladder``, ``prepacked_rows`` and ``weight_sweep`` return it as one more
+    entry (first, last, first), its rates those of ``flops`` per call."""
+    from tvm_ext.bench.cpu import CPU_QUICK, run_cpu
+    from tvm_ext.workload import Workload
+    call, flops, info = peak.peak_call(steps=2_000)
+    assert flops == 2.0 * info["threads"] * info["chains"] * info["lanes"] * 2_000
+    rows = run_cpu({k: CPU_QUICK[k] for k in ("dense", "chain_mm1", "chain_mm2")}, log=None,
+                   repeat=2, peak=(call, flops))
+    assert len(rows) == 2 and all(best >= med > 0 for med, best in
+                                  (r.peak_gflops for r in rows))
+    (key, label, (med, best)), *rest = peak.ladder({"d": CPU_QUICK["dense"]}, None, repeat=1,
+                                                    peak=(call, flops))
+    assert (key, label) == ("peak", peak.PEAK) and best >= med > 0 and len(rest) == 3
+    wl = Workload.create("dense", (64, 128, 64), layout="NT")
+    packed = peak.prepacked_rows(wl, None, repeat=1, peak=(call, flops))
+    assert len(packed) == 3 and packed[-1][0] == peak.PEAK and packed[-1][1] > 0
+    first, *rest = peak.weight_sweep(wl, None, ns=(64,), repeat=1, peak=(call, flops))
+    assert first[:3] == (0, 0.0, peak.PEAK) and len(rest) == 2
+    assert 0 < first[3][1] <= first[3][0]

@@ -29,6 +29,9 @@ class Row:
     ours_best_ms: Optional[float] = None
     # CPU rows with --metaschedule N: MetaSchedule's own tuning of the same workload.
     ms_ms: Optional[float] = None
+    # CPU rows of ``bench.peak --gemm``: the FMA peak kernel's GFLOP/s (median, best) sampled
+    # in turn with the row.
+    peak_gflops: Optional[Tuple[float, float]] = None
 
     @property
     def ratio(self) -> float:

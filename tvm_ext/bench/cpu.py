@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -81,12 +81,14 @@ def metaschedule_kernels(suite, target, *, trials: int, work_dir: str):
 
 
 def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
-            ms_workdir: str = "tvm_ext_logs/metaschedule_cpu", target=None) -> List[Row]:
+            ms_workdir: str = "tvm_ext_logs/metaschedule_cpu", target=None,
+            peak: Optional[Tuple[Callable[[], object], float]] = None) -> List[Row]:
     """One row per matmul of ``suite`` ("bmm", "dense") and one for the chain ("chain_mm1" ->
     exp -> "chain_mm2"); each side one warm-up, then ``repeat`` samples. With
     ``metaschedule`` = N > 0, MetaSchedule's own tuning (N trials per matmul) is a third
     method of every row. ``target``: an llvm target to build for instead of the host's (AVX2
-    code on an AVX-512 host, say)."""
+    code on an AVX-512 host, say). ``peak`` ((call, flops per call): ``bench.peak``'s FMA
+    peak kernel) is sampled in turn with every row, its rates in ``row.peak_gflops``."""
     import tvm  # noqa: PLC0415
     from ..dispatch import apply_history_best, build  # noqa: PLC0415
     from ..measure.check import matmul_operands, random_inputs  # noqa: PLC0415
@@ -126,7 +128,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         if k.choice.tuned:  # the untuned build of the same template, for the tuned/fallback
             fb = build_fallback(k.task)
             calls["fallback"] = lambda: fb(*args)
-        samples = _in_turn(calls, repeat)
+        samples = _in_turn({**calls, **({"peak": peak[0]} if peak else {})}, repeat)
         ref, ours = median_ms(samples["numpy"]), median_ms(samples["ours"])
         row = Row(f"{name} {wl}", wl.flop, *ref, *ours,
                   f"{k.task.name} " + ("tuned" if k.choice.tuned else "fallback"))
@@ -136,6 +138,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
             row.fallback_ms = median_ms(samples["fallback"])[0]
         if "MetaSchedule" in samples:
             row.ms_ms = median_ms(samples["MetaSchedule"])[0]
+        row.peak_gflops = _peak_rates(peak, samples)
         rows.append(row)
 
     # The chain X . W1 -> exp -> . W2 (both matmuls tuned, exp a separate vectorised kernel).
@@ -171,7 +174,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         ms_chain()
         np.testing.assert_allclose(ms_out.numpy(), out.numpy(), rtol=1e-3, atol=1e-2)
         calls["MetaSchedule"] = ms_chain
-    samples = _in_turn(calls, repeat)
+    samples = _in_turn({**calls, **({"peak": peak[0]} if peak else {})}, repeat)
     ref, ours = median_ms(samples["numpy"]), median_ms(samples["ours"])
     tuned = "tuned" if k1.choice.tuned and k2.choice.tuned else "fallback"
     rows.append(Row(f"chain {w1.M}x{w1.K}.{w1.K}x{w1.N} -> exp -> .{w2.K}x{w2.N}",
@@ -180,7 +183,16 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
     rows[-1].ours_best_ms = float(np.min(samples["ours"])) * 1e3
     if "MetaSchedule" in samples:
         rows[-1].ms_ms = median_ms(samples["MetaSchedule"])[0]
+    rows[-1].peak_gflops = _peak_rates(peak, samples)
     return rows
+
+
+def _peak_rates(peak, samples) -> Optional[Tuple[float, float]]:
+    """The peak kernel's GFLOP/s (at its median sample, at its best) in these turns."""
+    if not peak:
+        return None
+    return (peak[1] / float(np.median(samples["peak"])) / 1e9,
+            peak[1] / min(samples["peak"]) / 1e9)
 
 
 #: Seconds of idle time before each sample: OpenBLAS's workers spin for a while after a call,

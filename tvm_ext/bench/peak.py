@@ -1,24 +1,24 @@
 """The host's measured FMA peak: ``python -m tvm_ext.bench.peak``.
 
-A kernel that does nothing but fused multiply-adds on registers, the way the GEMM micro-kernels
-do at best: every thread keeps ``chains`` vector accumulators (independent chains, enough to
-cover the FMA latency on every FMA unit), and each step adds one broadcast operand times one
-loop-invariant vector to each of them (one load per ``chains`` FMAs, every other operand in a
-register: ``chains`` + 2 vector registers). One parallel task per thread, built by TVM for this
-host like our kernels (``-mcpu`` from the host, TVM's pool with ``use_host_cores`` threads). Its
-GFLOP/s is the ceiling the GEMM rows of the CPU bench are compared with (``--gemm``: the bench's
-large rows as a share of it, ours and numpy's sampled in turn, and the dense row's kernel with
-its weight packed at every call and packed once ahead, as a constant weight of a Relax model is:
+A kernel that does nothing but fused multiply-adds on registers, the way the GEMM micro-kernels do
+at best: every thread keeps ``chains`` vector accumulators (independent chains, enough to cover the
+FMA latency on every FMA unit), and each step adds one broadcast operand times one loop-invariant
+vector to each of them (one load per ``chains`` FMAs, every other operand in a register: ``chains``
++ 2 vector registers). One parallel task per thread, built by TVM for this host like our kernels
+(``-mcpu`` from the host, TVM's pool with ``use_host_cores`` threads). Its GFLOP/s is the ceiling
+the GEMM rows of the CPU bench are compared with, sampled in turn with them (``PEAK``). ``--gemm``:
+the bench's large rows as a share of it, ours and numpy's (and the dense row's kernel with its
+weight packed at every call and packed once ahead, as a constant weight of a Relax model is:
 ``prepacked_rows``; and the time that only writing each row's output takes: ``store_floor``, the
-row's floor wherever it is bound by its stores, as the bmm row's 100 MB output of 64-deep sums
-is). ``--gemv``: the matrix-vector row against the time that only reading its weight takes
-(``read_kernel``), sampled in turn with numpy's and ours: a row that reads each weight element
-once for one FMA is bound by the memory, not by the FMAs. ``--weights``: the dense row's kernel
-on the same M and K with N from 256 to 6144 columns, its weight packed at every call and packed
-ahead, in turn (``weight_sweep``): its share of the peak as its weight outgrows the caches.
-``--ladder``: each large row's micro-kernel (its config's register tile and K step) with its
-operands at two distances, beside the row's kernel, in turn (``ladder``): A and B in L1, and A's
-rows read from memory as the row's kernel reads them.
+row's floor wherever it is bound by its stores, as the bmm row's 100 MB output of 64-deep sums is).
+``--gemv``: the matrix-vector row against the time that only reading its weight takes
+(``read_kernel``), sampled in turn with numpy's and ours: a row that reads each weight element once
+for one FMA is bound by the memory, not by the FMAs. ``--weights``: the dense row's kernel on the
+same M and K with N from 256 to 6144 columns, its weight packed at every call and packed ahead, in
+turn (``weight_sweep``): its share of the peak as its weight outgrows the caches. ``--ladder``:
+each large row's micro-kernel (its config's register tile and K step) with its operands at two
+distances, beside the row's kernel, in turn (``ladder``): A and B in L1, and A's rows read from
+memory as the row's kernel reads them.
 
     python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--weights] [--ladder]
         [--target T]
@@ -77,10 +77,10 @@ def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target):
 PEAK_SAMPLES, PEAK_SAMPLE_S = 7, 0.02
 
 
-def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
-    """The best and the median of ``repeat`` samples (``PEAK_SAMPLES`` at least, each of
-    ``PEAK_SAMPLE_S`` seconds of calls of about steps x 12 FMAs per thread) in GFLOP/s, of the
-    vectors and registers of ``target`` (default: the host's)."""
+def peak_call(steps: int = 200_000, target=None):
+    """(call, flops per call, {threads, lanes, chains}): the peak kernel of ``target``'s
+    vectors and registers (default: the host's) on every thread, its arguments bound, run once
+    and its sum checked."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -100,14 +100,30 @@ def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
     y = host_tensor(np.full((steps,), 1e-6, "float32"))
     out = host_empty((threads, chains, lanes), "float32", tvm.cpu())
     func(x, w, y, out)
-    samples = time_calls(functools.partial(func, x, w, y, out), repeat=max(repeat, PEAK_SAMPLES),
-                         min_s=PEAK_SAMPLE_S)
     want = steps * 1e-6
     if not np.allclose(out.numpy(), want, rtol=1e-2):
         raise RuntimeError(f"the peak kernel summed {out.numpy().flat[0]}, not {want}")
-    return {"threads": threads, "lanes": lanes, "chains": chains,
-            "gflops": flops / min(samples) / 1e9,
+    return (functools.partial(func, x, w, y, out), flops,
+            {"threads": threads, "lanes": lanes, "chains": chains})
+
+
+def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
+    """The best and the median of ``repeat`` samples (``PEAK_SAMPLES`` at least, each of
+    ``PEAK_SAMPLE_S`` seconds of calls of about steps x 12 FMAs per thread) in GFLOP/s, of the
+    vectors and registers of ``target`` (default: the host's)."""
+    import numpy as np  # noqa: PLC0415
+    call, flops, info = peak_call(steps, target)
+    samples = time_calls(call, repeat=max(repeat, PEAK_SAMPLES), min_s=PEAK_SAMPLE_S)
+    return {**info, "gflops": flops / min(samples) / 1e9,
             "gflops_median": flops / float(np.median(samples)) / 1e9}
+
+
+#: The FMA peak kernel's name among the methods that ``--gemm``, ``--ladder`` and ``--weights``
+#: sample in turn: a share of the peak divides two rates sampled in the same turns, the median
+#: by the median and the best sample by the best. On a VM whose compute moves (the peak of a
+#: 16-core Emerald Rapids VM ran 1386 GFLOP/s before the ladder's rows and 1920 after them), a
+#: peak measured before or after the rows is another machine's.
+PEAK = "the FMA peak kernel, in turn"
 
 
 def main(argv=None) -> int:
@@ -146,61 +162,67 @@ def main(argv=None) -> int:
     from ..space import data_dir  # noqa: PLC0415
     from .cpu import CPU_SUITE  # noqa: PLC0415
     shipped = str(data_dir("logs") / "llvm_x86.json")
-
-    def peak_again():
-        # The peak again after the rows: a core busy elsewhere during one measurement shows
-        # as half the peak; the larger of the two is the host's.
-        return max(r["gflops"], measure(args.steps, args.repeat, target)["gflops"])
-
     print(f"FMA peak: {r['gflops']:.1f} GFLOP/s (median {r['gflops_median']:.1f}) on "
           f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {r['lanes']}-lane f32 "
           f"vectors, {r['chains']} chains a thread"
           + (f" (llvm {target.attrs.get('mcpu', '')})" if target is not None else ""))
+    # the peak kernel once more, as a method of every comparison below (``PEAK``)
+    peak = peak_call(args.steps, target)[:2] if args.gemm or args.ladder or args.weights \
+        else None
     if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
         from ..workload import DTYPE_BYTES  # noqa: PLC0415
         from .cpu import run_cpu  # noqa: PLC0415
         large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
         # the chain's two GEMMs also as rows of their own (the chain row adds its exp kernel)
         large.update({"gemm1": CPU_SUITE["chain_mm1"], "gemm2": CPU_SUITE["chain_mm2"]})
-        rows = run_cpu(large, log=shipped, repeat=5, target=target)
-        peak = peak_again()
-        print(f"FMA peak (the larger of the runs before and after the rows): {peak:.1f} GFLOP/s")
+        rows = run_cpu(large, log=shipped, repeat=5, target=target, peak=peak)
+        print("each row, numpy's and ours, sampled in turn with the peak kernel (GFLOP/s; share "
+              "of the peak: median by median, best sample by best sample)")
         for row in rows:
-            print(f"{row.name[:44]:<46} " + _shares(row, peak))
-        for name, ms in prepacked_rows(CPU_SUITE["dense"], shipped, target=target):
-            gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
-            print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / peak:6.1%} of the peak")
+            print(f"{row.name[:44]:<46} " + _shares(row))
+        packed = dict(prepacked_rows(CPU_SUITE["dense"], shipped, target=target, peak=peak))
+        if packed:
+            pk = peak[1] / (packed.pop(PEAK) * 1e-3) / 1e9
+            for name, ms in packed.items():
+                gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
+                print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / pk:6.1%} of the peak "
+                      f"({pk:.1f}, in turn)")
         # The stores' floor: a row whose output alone takes longer to write than its FMAs at
-        # the peak cannot reach the peak, however its stores and FMAs overlap.
+        # the peak (its best sample in these turns) cannot reach the peak, however its stores
+        # and FMAs overlap.
+        best = max(row.peak_gflops[1] for row in rows)
         for key in ("bmm", "dense", "chain_mm1", "chain_mm2"):
             wl = CPU_SUITE[key]
             ms = store_floor(wl, target=target)
-            fma_ms = wl.flop / (peak * 1e9) * 1e3
+            fma_ms = wl.flop / (best * 1e9) * 1e3
             mb = wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] / 1e6
             print(f"{key}: writing its {mb:.1f} MB output takes "
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")
     if args.ladder:
-        rows = ladder({k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")},
-                      shipped, repeat=max(9, args.repeat), target=target)
-        peak = peak_again()
+        (_, _, (pk, pk_best)), *rows = ladder(
+            {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")},
+            shipped, repeat=max(9, args.repeat), target=target, peak=peak)
         print(f"each row's micro-kernel (its register tile and K step), in turn with the row's "
-              f"kernel (median GFLOP/s, share of the peak {peak:.1f}; its best sample's share)")
+              f"kernel and the peak kernel (median GFLOP/s, share of the peak's median "
+              f"{pk:.1f}; its best sample's share of the peak's best {pk_best:.1f})")
         for key, label, (med, best) in rows:
-            print(f"  {key:<10} {label:<58} {med:7.1f} GFLOP/s  {med / peak:6.1%} "
-                  f"(best {best / peak:.1%})")
+            print(f"  {key:<10} {label:<58} {med:7.1f} GFLOP/s  {med / pk:6.1%} "
+                  f"(best {best / pk_best:.1%})")
     if args.weights:
         wl = CPU_SUITE["dense"]
-        rows = weight_sweep(wl, shipped, repeat=max(15, args.repeat), target=target)
-        peak = peak_again()
+        (_, _, _, (pk_ms, pk_best_ms)), *rows = weight_sweep(
+            wl, shipped, repeat=max(15, args.repeat), target=target, peak=peak)
+        pk, pk_best = (peak[1] / (ms * 1e-3) / 1e9 for ms in (pk_ms, pk_best_ms))
         print(f"the dense row's kernel (its config) on {wl.M} x N x {wl.K}, N growing: its "
-              f"weight out of the caches; sampled in turn (median GFLOP/s, share of the peak "
-              f"{peak:.1f}, the larger of the runs before and after; its best sample's share)")
+              f"weight out of the caches; sampled in turn with the peak kernel (median GFLOP/s, "
+              f"share of the peak's median {pk:.1f}; its best sample's share of the peak's best "
+              f"{pk_best:.1f})")
         for n, mb, label, (med, best) in rows:
             flop = 2.0 * wl.M * n * wl.K
             gf, gf_best = flop / (med * 1e-3) / 1e9, flop / (best * 1e-3) / 1e9
             print(f"  N={n:<6} weight {mb:5.1f} MB  {label:<28} {gf:7.1f} GFLOP/s  "
-                  f"{gf / peak:6.1%} (best {gf_best / peak:.1%})")
+                  f"{gf / pk:6.1%} (best {gf_best / pk_best:.1%})")
     if args.gemv:
         wl = CPU_SUITE["gemv"]
         rows = gemv_rows(wl, shipped, repeat=max(15, args.repeat), target=target)
@@ -215,16 +237,19 @@ def main(argv=None) -> int:
     return 0
 
 
-def _shares(row, peak: float) -> str:
-    """A bench row's GFLOP/s and share of ``peak`` (its median sample and its best), ours and
-    numpy's, the two sampled in turn: what the host's own BLAS reaches on the same shape is
-    what the peak leaves reachable there."""
+def _shares(row) -> str:
+    """A bench row's GFLOP/s and its share of the peak kernel sampled in turn with it
+    (``row.peak_gflops``): the median by the peak's median, the best sample by the peak's best;
+    ours and numpy's: what the host's own BLAS reaches on the same shape is what the peak
+    leaves reachable there."""
     def rate(ms):
         return row.flop / (ms * 1e-3) / 1e9
+    peak, peak_best = row.peak_gflops
     ours, numpy = rate(row.ours_ms), rate(row.ref_ms)
     return (f"{ours:7.1f} GFLOP/s  {ours / peak:6.1%} of the peak (its best sample "
-            f"{rate(row.ours_best_ms) / peak:.1%}; {row.tuned}); numpy {numpy / peak:.1%} "
-            f"(best {rate(row.ref_best_ms) / peak:.1%})")
+            f"{rate(row.ours_best_ms) / peak_best:.1%}; {row.tuned}); numpy {numpy / peak:.1%} "
+            f"(best {rate(row.ref_best_ms) / peak_best:.1%}); the peak {peak:.1f} "
+            f"(best {peak_best:.1f})")
 
 
 def store_floor(wl, repeat: int = 7, target=None) -> float:
@@ -357,12 +382,14 @@ def packed_both_ways(task, cfg, b, target) -> dict:
                 target)["main"], host_tensor(pack_weight(wl, b, cfg["tile_x"].size[-1])))}
 
 
-def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, target=None):
+def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, target=None,
+                 peak=None):
     """[(N, weight MB, label, (median ms, best ms))] of the config that ``log`` gives dense
     workload ``wl`` (its record, else its fallback), built on the same M and K with N columns
     for each N of ``ns``, its weight packed at every call and packed ahead (``prepacked_kernel``),
     all sampled in turn as the CPU bench samples (``cpu._in_turn``), each checked against numpy
-    first: how the kernel's speed follows its weight out of the caches."""
+    first: how the kernel's speed follows its weight out of the caches. ``peak`` ((call, flops
+    per call)): the peak kernel in the same turns, the first entry (0, 0.0, ``PEAK``, ...)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -379,7 +406,7 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
         task, choice = choose(wl, target)
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (wl.M, wl.K)).astype(wl.dtype)
-    calls, sizes = {}, {}
+    calls, sizes = ({(0, PEAK): peak[0]}, {0: 0.0}) if peak else ({}, {})
     for n in ns:
         wn = Workload.create("dense", (wl.M, n, wl.K), wl.dtype, layout=wl.layout)
         tn = Task(wn, target, template=task.name)
@@ -436,7 +463,7 @@ def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: in
     return compile_module(sch.mod, target), 2.0 * threads * tiles * rows * width * k
 
 
-def ladder(suite, log, repeat: int = 9, target=None):
+def ladder(suite, log, repeat: int = 9, target=None, peak=None):
     """[(row, label, (median GFLOP/s, best GFLOP/s))]: for each matmul workload of ``suite``
     ({row: workload}), the register tile (``tile_y[-1]`` x ``tile_x[-1]``) and K step of the
     config that ``log`` gives it (its record, else its fallback) as ``micro_kernel``s, a task
@@ -444,7 +471,9 @@ def ladder(suite, log, repeat: int = 9, target=None):
     row's M x K of A read from memory by every task, each with a B panel of its own (as every
     task of the row's kernel reads A); and the row's kernel itself. All of them checked
     against numpy and sampled in turn (``cpu._in_turn``): what the micro-kernel does at best
-    on this host, and what reading A costs it."""
+    on this host, and what reading A costs it. ``peak`` ((call, flops per call), from
+    ``peak_call``): the peak kernel sampled in the same turns, the first entry ("peak",
+    ``PEAK``, ...)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -458,6 +487,8 @@ def ladder(suite, log, repeat: int = 9, target=None):
     lanes = hardware_facts(target)["vector_lanes"]
     rng = np.random.default_rng(0)
     calls, flops = {}, {}
+    if peak:
+        calls[("peak", PEAK)], flops[("peak", PEAK)] = peak
     for key, wl in suite.items():
         with apply_history_best([log] if log else []):
             task, choice = choose(wl, target)
@@ -495,11 +526,12 @@ def ladder(suite, log, repeat: int = 9, target=None):
             for (key, label), v in samples.items()]
 
 
-def prepacked_rows(wl, log, repeat: int = 7, target=None):
+def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
     """[(label, median ms)] of ``wl``'s kernel under ``log`` with its weight packed at every
     call and packed once ahead (``prepacked_kernel``: a constant weight of a Relax model),
     sampled in turn as the CPU bench samples (``cpu._in_turn``); [] where the config has no
-    prepacked kernel."""
+    prepacked kernel. ``peak`` ((call, flops per call)): the peak kernel in the same turns,
+    the last entry (``PEAK``, its median ms)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -521,11 +553,11 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None):
         f(*fargs)
     (_, args), (_, packed) = kernels.values()
     np.testing.assert_allclose(packed[2].numpy(), args[2].numpy(), rtol=1e-5, atol=1e-5)
-    samples = _in_turn({k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()},
-                       repeat)
+    calls = {k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()}
+    samples = _in_turn({**calls, **({PEAK: peak[0]} if peak else {})}, repeat)
     tag = "tuned" if choice.tuned else "fallback"
-    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", float(np.median(v)) * 1e3)
-            for k, v in samples.items()]
+    return [(k if k == PEAK else f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})",
+             float(np.median(v)) * 1e3) for k, v in samples.items()]
 
 
 if __name__ == "__main__":
