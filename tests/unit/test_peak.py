@@ -73,7 +73,7 @@ def test_ladder_times_each_rows_micro_kernel_and_its_kernel_after_checking_them(
     from tvm_ext.target import host_cpu_target
     suite = {"d": Workload.create("dense", (50, 64, 40), layout="NN"),
              "b": Workload.create("batch_matmul", (2, 32, 48, 24))}
-    rows = peak.ladder(suite, None, repeat=1)
+    rows, no_peak = peak.ladder(suite, None, repeat=1)
     want = []
     for key, wl in suite.items():
         with apply_history_best([]):
@@ -83,16 +83,16 @@ def test_ladder_times_each_rows_micro_kernel_and_its_kernel_after_checking_them(
                  (key, f"{r} x {w}, tile_k {ki}: A's {wl.M // r * r} x {wl.K} from memory"),
                  (key, f"the row's kernel ({task.name} fallback)")]
     assert [(key, label) for key, label, _ in rows] == want
-    assert all(best >= med > 0 for _, _, (med, best) in rows)
+    assert all(best >= med > 0 for _, _, (med, best) in rows) and no_peak is None
 
 
 def test_prepacked_rows_time_both_kernels_after_checking_them():
     from tvm_ext.workload import Workload
     wl = Workload.create("dense", (64, 128, 64), layout="NT")
-    rows = peak.prepacked_rows(wl, None, repeat=1)  # asserts the two kernels agree
+    rows, no_peak = peak.prepacked_rows(wl, None, repeat=1)  # asserts the two kernels agree
     assert [label.split(", ")[1] for label, _ in rows] == [
         "packed at every call (fallback)", "weight packed at build time (fallback)"]
-    assert all(ms > 0 for _, ms in rows)
+    assert all(ms > 0 for _, ms in rows) and no_peak is None
 
 
 def test_store_floor_writes_the_whole_output_of_a_batched_shape():
@@ -126,12 +126,12 @@ def test_weight_sweep_times_the_rows_config_on_each_width_after_checking_it():
     width that the config's panels do not divide is left out, not built as another config."""
     from tvm_ext.workload import Workload
     wl = Workload.create("dense", (64, 128, 64), layout="NT")
-    rows = peak.weight_sweep(wl, None, ns=(64, 256, 100), repeat=2)
+    rows, no_peak = peak.weight_sweep(wl, None, ns=(64, 256, 100), repeat=2)
     assert [(n, label) for n, _, label, _ in rows] == [
         (64, "packed at every call"), (64, "weight packed at build time"),
         (256, "packed at every call"), (256, "weight packed at build time")]
     assert [mb for _, mb, _, _ in rows] == [64 * 64 * 4 / 1e6] * 2 + [256 * 64 * 4 / 1e6] * 2
-    assert all(0 < best <= med for _, _, _, (med, best) in rows)
+    assert all(0 < best <= med for _, _, _, (med, best) in rows) and no_peak is None
 
 
 def test_gemm_rows_give_ours_and_numpys_share_of_the_peak_sampled_in_turn(monkeypatch, capsys):
@@ -150,7 +150,7 @@ def test_gemm_rows_give_ours_and_numpys_share_of_the_peak_sampled_in_turn(monkey
     row.peak_gflops = (200.0, 250.0)
     given = {}
     monkeypatch.setattr(cpu, "run_cpu", lambda *a, **k: given.update(k) or [row])
-    monkeypatch.setattr(peak, "prepacked_rows", lambda *a, **k: [])
+    monkeypatch.setattr(peak, "prepacked_rows", lambda *a, **k: ([], None))
     monkeypatch.setattr(peak, "store_floor", lambda *a, **k: 1.0)
     assert peak.main(["--gemm"]) == 0
     assert given["peak"] == kernel
@@ -161,22 +161,21 @@ def test_gemm_rows_give_ours_and_numpys_share_of_the_peak_sampled_in_turn(monkey
 
 def test_the_peak_kernel_is_sampled_in_turn_with_every_comparison():
     """``peak=(call, flops)``: the rows of ``run_cpu`` carry the peak kernel's rates from their
-    own turns, and ``ladder``, ``prepacked_rows`` and ``weight_sweep`` return it as one more
-    entry (first, last, first), its rates those of ``flops`` per call."""
-    from tvm_ext.bench.cpu import CPU_QUICK, run_cpu
+    own turns, and ``ladder``, ``prepacked_rows`` and ``weight_sweep`` return them beside
+    their rows (which stay the same rows), the rates those of ``flops`` per call."""
+    from tvm_ext.bench.cpu import CPU_QUICK, PEAK, run_cpu
     from tvm_ext.workload import Workload
     call, flops, info = peak.peak_call(steps=2_000)
     assert flops == 2.0 * info["threads"] * info["chains"] * info["lanes"] * 2_000
+    given = (call, flops)
     rows = run_cpu({k: CPU_QUICK[k] for k in ("dense", "chain_mm1", "chain_mm2")}, log=None,
-                   repeat=2, peak=(call, flops))
+                   repeat=2, peak=given)
     assert len(rows) == 2 and all(best >= med > 0 for med, best in
                                   (r.peak_gflops for r in rows))
-    (key, label, (med, best)), *rest = peak.ladder({"d": CPU_QUICK["dense"]}, None, repeat=1,
-                                                    peak=(call, flops))
-    assert (key, label) == ("peak", peak.PEAK) and best >= med > 0 and len(rest) == 3
     wl = Workload.create("dense", (64, 128, 64), layout="NT")
-    packed = peak.prepacked_rows(wl, None, repeat=1, peak=(call, flops))
-    assert len(packed) == 3 and packed[-1][0] == peak.PEAK and packed[-1][1] > 0
-    first, *rest = peak.weight_sweep(wl, None, ns=(64,), repeat=1, peak=(call, flops))
-    assert first[:3] == (0, 0.0, peak.PEAK) and len(rest) == 2
-    assert 0 < first[3][1] <= first[3][0]
+    for rows, rates, n in (peak.ladder({"d": CPU_QUICK["dense"]}, None, repeat=1, peak=given)
+                           + (3,),
+                           peak.prepacked_rows(wl, None, repeat=1, peak=given) + (2,),
+                           peak.weight_sweep(wl, None, ns=(64,), repeat=1, peak=given) + (2,)):
+        assert len(rows) == n and not any(PEAK in str(row) for row in rows)
+        assert rates[1] >= rates[0] > 0

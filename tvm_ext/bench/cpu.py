@@ -128,7 +128,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         if k.choice.tuned:  # the untuned build of the same template, for the tuned/fallback
             fb = build_fallback(k.task)
             calls["fallback"] = lambda: fb(*args)
-        samples = _in_turn({**calls, **({"peak": peak[0]} if peak else {})}, repeat)
+        samples = _in_turn(calls, repeat, peak)
         ref, ours = median_ms(samples["numpy"]), median_ms(samples["ours"])
         row = Row(f"{name} {wl}", wl.flop, *ref, *ours,
                   f"{k.task.name} " + ("tuned" if k.choice.tuned else "fallback"))
@@ -138,7 +138,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
             row.fallback_ms = median_ms(samples["fallback"])[0]
         if "MetaSchedule" in samples:
             row.ms_ms = median_ms(samples["MetaSchedule"])[0]
-        row.peak_gflops = _peak_rates(peak, samples)
+        row.peak_gflops = peak_rates(peak, samples)
         rows.append(row)
 
     # The chain X . W1 -> exp -> . W2 (both matmuls tuned, exp a separate vectorised kernel).
@@ -174,7 +174,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         ms_chain()
         np.testing.assert_allclose(ms_out.numpy(), out.numpy(), rtol=1e-3, atol=1e-2)
         calls["MetaSchedule"] = ms_chain
-    samples = _in_turn({**calls, **({"peak": peak[0]} if peak else {})}, repeat)
+    samples = _in_turn(calls, repeat, peak)
     ref, ours = median_ms(samples["numpy"]), median_ms(samples["ours"])
     tuned = "tuned" if k1.choice.tuned and k2.choice.tuned else "fallback"
     rows.append(Row(f"chain {w1.M}x{w1.K}.{w1.K}x{w1.N} -> exp -> .{w2.K}x{w2.N}",
@@ -183,16 +183,8 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
     rows[-1].ours_best_ms = float(np.min(samples["ours"])) * 1e3
     if "MetaSchedule" in samples:
         rows[-1].ms_ms = median_ms(samples["MetaSchedule"])[0]
-    rows[-1].peak_gflops = _peak_rates(peak, samples)
+    rows[-1].peak_gflops = peak_rates(peak, samples)
     return rows
-
-
-def _peak_rates(peak, samples) -> Optional[Tuple[float, float]]:
-    """The peak kernel's GFLOP/s (at its median sample, at its best) in these turns."""
-    if not peak:
-        return None
-    return (peak[1] / float(np.median(samples["peak"])) / 1e9,
-            peak[1] / min(samples["peak"]) / 1e9)
 
 
 #: Seconds of idle time before each sample: OpenBLAS's workers spin for a while after a call,
@@ -201,13 +193,33 @@ def _peak_rates(peak, samples) -> Optional[Tuple[float, float]]:
 IDLE_S = 0.3
 
 
-def _in_turn(calls, repeat: int):
-    """``repeat`` samples of each call, sampled in turn, each after ``IDLE_S`` of idle time."""
+#: The key of the FMA peak kernel's samples where ``_in_turn`` samples it (``peak``): a share of
+#: the peak divides two rates sampled in the same turns, the median by the median and the best
+#: sample by the best. On a VM whose compute moves (the peak of a 16-core Emerald Rapids VM ran
+#: 1386 GFLOP/s before ``bench.peak --ladder``'s rows and 1920 after them), a peak measured
+#: before or after the rows is another machine's.
+PEAK = "the FMA peak kernel, in turn"
+
+
+def _in_turn(calls, repeat: int, peak=None):
+    """``repeat`` samples of each call, sampled in turn, each after ``IDLE_S`` of idle time;
+    with ``peak`` ((call, flops per call): ``bench.peak.peak_call``) that kernel as one more
+    method, its samples under ``PEAK`` (``peak_rates``)."""
     from ..measure.timing import in_turn  # noqa: PLC0415
+    calls = {**calls, PEAK: peak[0]} if peak else calls
     for fn in calls.values():
         fn()  # warm-up
     return in_turn({k: functools.partial(_one_time, fn) for k, fn in calls.items()}, repeat,
                    pause=lambda _: time.sleep(IDLE_S))
+
+
+def peak_rates(peak, samples) -> Optional[Tuple[float, float]]:
+    """The peak kernel's GFLOP/s (at its median sample, at its best) in the turns of
+    ``samples``, taken out of them; None without ``peak``."""
+    if not peak:
+        return None
+    times = samples.pop(PEAK)
+    return peak[1] / float(np.median(times)) / 1e9, peak[1] / min(times) / 1e9
 
 
 def _one_time(fn) -> float:

@@ -6,12 +6,12 @@ FMA latency on every FMA unit), and each step adds one broadcast operand times o
 vector to each of them (one load per ``chains`` FMAs, every other operand in a register: ``chains``
 + 2 vector registers). One parallel task per thread, built by TVM for this host like our kernels
 (``-mcpu`` from the host, TVM's pool with ``use_host_cores`` threads). Its GFLOP/s is the ceiling
-the GEMM rows of the CPU bench are compared with, sampled in turn with them (``PEAK``). ``--gemm``:
-the bench's large rows as a share of it, ours and numpy's (and the dense row's kernel with its
-weight packed at every call and packed once ahead, as a constant weight of a Relax model is:
-``prepacked_rows``; and the time that only writing each row's output takes: ``store_floor``, the
-row's floor wherever it is bound by its stores, as the bmm row's 100 MB output of 64-deep sums is).
-``--gemv``: the matrix-vector row against the time that only reading its weight takes
+the GEMM rows of the CPU bench are compared with, sampled in turn with them (``cpu.PEAK``).
+``--gemm``: the bench's large rows as a share of it, ours and numpy's (and the dense row's kernel
+with its weight packed at every call and packed once ahead, as a constant weight of a Relax model
+is: ``prepacked_rows``; and the time that only writing each row's output takes: ``store_floor``,
+the row's floor wherever it is bound by its stores, as the bmm row's 100 MB output of 64-deep sums
+is). ``--gemv``: the matrix-vector row against the time that only reading its weight takes
 (``read_kernel``), sampled in turn with numpy's and ours: a row that reads each weight element once
 for one FMA is bound by the memory, not by the FMAs. ``--weights``: the dense row's kernel on the
 same M and K with N from 256 to 6144 columns, its weight packed at every call and packed ahead, in
@@ -118,14 +118,6 @@ def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
             "gflops_median": flops / float(np.median(samples)) / 1e9}
 
 
-#: The FMA peak kernel's name among the methods that ``--gemm``, ``--ladder`` and ``--weights``
-#: sample in turn: a share of the peak divides two rates sampled in the same turns, the median
-#: by the median and the best sample by the best. On a VM whose compute moves (the peak of a
-#: 16-core Emerald Rapids VM ran 1386 GFLOP/s before the ladder's rows and 1920 after them), a
-#: peak measured before or after the rows is another machine's.
-PEAK = "the FMA peak kernel, in turn"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tvm_ext.bench.peak",
                                 description=__doc__.split("\n\n")[0])
@@ -166,7 +158,7 @@ def main(argv=None) -> int:
           f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}, {r['lanes']}-lane f32 "
           f"vectors, {r['chains']} chains a thread"
           + (f" (llvm {target.attrs.get('mcpu', '')})" if target is not None else ""))
-    # the peak kernel once more, as a method of every comparison below (``PEAK``)
+    # the peak kernel once more, as a method of every comparison below (``cpu.PEAK``)
     peak = peak_call(args.steps, target)[:2] if args.gemm or args.ladder or args.weights \
         else None
     if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
@@ -180,13 +172,11 @@ def main(argv=None) -> int:
               "of the peak: median by median, best sample by best sample)")
         for row in rows:
             print(f"{row.name[:44]:<46} " + _shares(row))
-        packed = dict(prepacked_rows(CPU_SUITE["dense"], shipped, target=target, peak=peak))
-        if packed:
-            pk = peak[1] / (packed.pop(PEAK) * 1e-3) / 1e9
-            for name, ms in packed.items():
-                gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
-                print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / pk:6.1%} of the peak "
-                      f"({pk:.1f}, in turn)")
+        packed, rates = prepacked_rows(CPU_SUITE["dense"], shipped, target=target, peak=peak)
+        for name, ms in packed:  # (none where the config has no prepacked kernel)
+            gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
+            print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / rates[0]:6.1%} of the peak "
+                  f"({rates[0]:.1f}, in turn)")
         # The stores' floor: a row whose output alone takes longer to write than its FMAs at
         # the peak (its best sample in these turns) cannot reach the peak, however its stores
         # and FMAs overlap.
@@ -200,7 +190,7 @@ def main(argv=None) -> int:
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")
     if args.ladder:
-        (_, _, (pk, pk_best)), *rows = ladder(
+        rows, (pk, pk_best) = ladder(
             {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")},
             shipped, repeat=max(9, args.repeat), target=target, peak=peak)
         print(f"each row's micro-kernel (its register tile and K step), in turn with the row's "
@@ -211,9 +201,8 @@ def main(argv=None) -> int:
                   f"(best {best / pk_best:.1%})")
     if args.weights:
         wl = CPU_SUITE["dense"]
-        (_, _, _, (pk_ms, pk_best_ms)), *rows = weight_sweep(
-            wl, shipped, repeat=max(15, args.repeat), target=target, peak=peak)
-        pk, pk_best = (peak[1] / (ms * 1e-3) / 1e9 for ms in (pk_ms, pk_best_ms))
+        rows, (pk, pk_best) = weight_sweep(wl, shipped, repeat=max(15, args.repeat),
+                                           target=target, peak=peak)
         print(f"the dense row's kernel (its config) on {wl.M} x N x {wl.K}, N growing: its "
               f"weight out of the caches; sampled in turn with the peak kernel (median GFLOP/s, "
               f"share of the peak's median {pk:.1f}; its best sample's share of the peak's best "
@@ -388,8 +377,9 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
     workload ``wl`` (its record, else its fallback), built on the same M and K with N columns
     for each N of ``ns``, its weight packed at every call and packed ahead (``prepacked_kernel``),
     all sampled in turn as the CPU bench samples (``cpu._in_turn``), each checked against numpy
-    first: how the kernel's speed follows its weight out of the caches. ``peak`` ((call, flops
-    per call)): the peak kernel in the same turns, the first entry (0, 0.0, ``PEAK``, ...)."""
+    first: how the kernel's speed follows its weight out of the caches. With them, the peak
+    kernel's (median, best) GFLOP/s in the same turns (``peak``: (call, flops per call); else
+    None)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -399,14 +389,14 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     from ..workload import Workload  # noqa: PLC0415
-    from .cpu import _in_turn  # noqa: PLC0415
+    from .cpu import _in_turn, peak_rates  # noqa: PLC0415
     use_host_cores()
     target = target or host_cpu_target()
     with apply_history_best([log] if log else []):
         task, choice = choose(wl, target)
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (wl.M, wl.K)).astype(wl.dtype)
-    calls, sizes = ({(0, PEAK): peak[0]}, {0: 0.0}) if peak else ({}, {})
+    calls, sizes = {}, {}
     for n in ns:
         wn = Workload.create("dense", (wl.M, n, wl.K), wl.dtype, layout=wl.layout)
         tn = Task(wn, target, template=task.name)
@@ -422,9 +412,10 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
             np.testing.assert_allclose(args[2].numpy(), want, rtol=1e-4, atol=1e-3)
             calls[(n, label)] = functools.partial(f, *args)
         sizes[n] = b.nbytes / 1e6
-    samples = _in_turn(calls, repeat)
+    samples = _in_turn(calls, repeat, peak)
+    rates = peak_rates(peak, samples)
     return [(n, sizes[n], label, (float(np.median(v)) * 1e3, min(v) * 1e3))
-            for (n, label), v in samples.items()]
+            for (n, label), v in samples.items()], rates
 
 
 def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: int,
@@ -471,9 +462,9 @@ def ladder(suite, log, repeat: int = 9, target=None, peak=None):
     row's M x K of A read from memory by every task, each with a B panel of its own (as every
     task of the row's kernel reads A); and the row's kernel itself. All of them checked
     against numpy and sampled in turn (``cpu._in_turn``): what the micro-kernel does at best
-    on this host, and what reading A costs it. ``peak`` ((call, flops per call), from
-    ``peak_call``): the peak kernel sampled in the same turns, the first entry ("peak",
-    ``PEAK``, ...)."""
+    on this host, and what reading A costs it. With them, the peak kernel's (median, best)
+    GFLOP/s in the same turns (``peak``: (call, flops per call) from ``peak_call``; else
+    None)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -481,14 +472,12 @@ def ladder(suite, log, repeat: int = 9, target=None, peak=None):
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
     from ..measure.check import random_inputs, reference_matmul, tolerance  # noqa: PLC0415
     from ..target import hardware_facts, host_cpu_target  # noqa: PLC0415
-    from .cpu import _in_turn  # noqa: PLC0415
+    from .cpu import _in_turn, peak_rates  # noqa: PLC0415
     threads = use_host_cores()
     target = target or host_cpu_target()
     lanes = hardware_facts(target)["vector_lanes"]
     rng = np.random.default_rng(0)
     calls, flops = {}, {}
-    if peak:
-        calls[("peak", PEAK)], flops[("peak", PEAK)] = peak
     for key, wl in suite.items():
         with apply_history_best([log] if log else []):
             task, choice = choose(wl, target)
@@ -520,18 +509,19 @@ def ladder(suite, log, repeat: int = 9, target=None, peak=None):
         label = f"the row's kernel ({task.name} {'tuned' if choice.tuned else 'fallback'})"
         calls[(key, label)] = functools.partial(f, *args)
         flops[(key, label)] = wl.flop
-    samples = _in_turn(calls, repeat)
+    samples = _in_turn(calls, repeat, peak)
+    rates = peak_rates(peak, samples)
     return [(key, label, (flops[(key, label)] / float(np.median(v)) / 1e9,
                           flops[(key, label)] / min(v) / 1e9))
-            for (key, label), v in samples.items()]
+            for (key, label), v in samples.items()], rates
 
 
 def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
     """[(label, median ms)] of ``wl``'s kernel under ``log`` with its weight packed at every
     call and packed once ahead (``prepacked_kernel``: a constant weight of a Relax model),
-    sampled in turn as the CPU bench samples (``cpu._in_turn``); [] where the config has no
-    prepacked kernel. ``peak`` ((call, flops per call)): the peak kernel in the same turns,
-    the last entry (``PEAK``, its median ms)."""
+    sampled in turn as the CPU bench samples (``cpu._in_turn``), [] where the config has no
+    prepacked kernel; with them, the peak kernel's (median, best) GFLOP/s in the same turns
+    (``peak``: (call, flops per call); else None)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -539,12 +529,12 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
     from ..measure.check import random_inputs  # noqa: PLC0415
     from ..ops.x86_gemm import prepackable  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
-    from .cpu import _in_turn  # noqa: PLC0415
+    from .cpu import _in_turn, peak_rates  # noqa: PLC0415
     target = target or host_cpu_target()
     with apply_history_best([log] if log else []):
         task, choice = choose(wl, target)
     if not prepackable(task.name, wl, choice.config):
-        return []
+        return [], None
     a, b = random_inputs(wl, np.random.default_rng(0))
     A = host_tensor(a)
     kernels = {label: (f, [A, weight, host_empty(wl.out_shape, wl.out_dtype, tvm.cpu())])
@@ -553,11 +543,12 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
         f(*fargs)
     (_, args), (_, packed) = kernels.values()
     np.testing.assert_allclose(packed[2].numpy(), args[2].numpy(), rtol=1e-5, atol=1e-5)
-    calls = {k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()}
-    samples = _in_turn({**calls, **({PEAK: peak[0]} if peak else {})}, repeat)
+    samples = _in_turn({k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()},
+                       repeat, peak)
+    rates = peak_rates(peak, samples)
     tag = "tuned" if choice.tuned else "fallback"
-    return [(k if k == PEAK else f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})",
-             float(np.median(v)) * 1e3) for k, v in samples.items()]
+    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", float(np.median(v)) * 1e3)
+            for k, v in samples.items()], rates
 
 
 if __name__ == "__main__":
