@@ -260,3 +260,27 @@ def test_gpu_rows_sample_in_turn_and_mark_failed_kernels():
     assert res["cuBLAS"] == res["tuned"] == (1.0, "1.000-1.000")
     assert math.isnan(res["dlight"][0]) and res["dlight"][1] == "-"
     assert res["fallback"] == (math.inf, "wrong answer")
+
+
+def test_a_tuned_row_whose_record_is_its_fallback_says_so(tmp_path, capsys):
+    """A record whose config is the template's fallback (a fallback that won its tuning run's
+    closing comparison) makes "tuned/fallback" one kernel against itself: the row says so, so
+    that its ratio reads as the host's noise (0.83x once on a 16-core VM), not as a loss."""
+    from tvm_ext import record
+    from tvm_ext.bench.common import Row, print_table
+    from tvm_ext.bench.cpu import CPU_QUICK, run_cpu
+    from tvm_ext.result import MeasureResult
+    from tvm_ext.target import host_cpu_target
+    from tvm_ext.task import Task
+    wl = CPU_QUICK["dense"]
+    task = Task(wl, host_cpu_target())
+    log = tmp_path / "fallback.json"
+    record.append(log, [record.encode(task.target_str, task.name, wl, task.fallback_config(),
+                                      MeasureResult([1e-5], 0, 0.1))])
+    (row,) = run_cpu({"dense": wl}, log=str(log), repeat=1)
+    assert row.tuned.endswith("tuned") and row.fallback_ms > 0 and row.fallback_same
+    other = Row("odd x", 1e9, 2.0, "", 1.0, "", "dense_pack.x86 tuned", fallback_ms=1.2)
+    print_table([row, other], ref_name="numpy")
+    lines = capsys.readouterr().out.splitlines()
+    assert "(one config: the record is the fallback's)" in lines[-2], lines[-2]
+    assert "tuned/fallback 1.20x" in lines[-1] and "one config" not in lines[-1]
