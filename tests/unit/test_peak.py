@@ -1,6 +1,15 @@
 """The FMA-peak bench (issue 25, item 4): a register-only FMA kernel, its sum checked."""
-from tvm_ext.bench import peak
+import pytest
+
+from tvm_ext.bench import cpu, peak
 from tvm_ext.workload import Workload
+
+
+@pytest.fixture(autouse=True)
+def no_idle_time(monkeypatch):
+    """These tests check what the bench builds, checks and samples, not how fast: no idle
+    time before each sample (``cpu.IDLE_S``)."""
+    monkeypatch.setattr(cpu, "IDLE_S", 0.0)
 
 
 def test_peak_kernel_sums_right_and_reports_a_rate():
@@ -139,7 +148,6 @@ def test_gemm_rows_give_ours_and_numpys_share_of_the_peak_sampled_in_turn(monkey
     kernel sampled in turn with the row (``row.peak_gflops``): the median by the peak's median,
     the best sample by the peak's best; numpy's share is what the host leaves reachable on the
     same shape. The peak kernel is what ``run_cpu`` samples beside the row."""
-    from tvm_ext.bench import cpu
     from tvm_ext.bench.common import Row
     monkeypatch.setattr(peak, "measure", lambda *a, **k: {
         "threads": 2, "lanes": 8, "chains": 12, "gflops": 300.0, "gflops_median": 290.0})
@@ -164,12 +172,11 @@ def test_the_peak_kernel_is_sampled_in_turn_with_every_comparison():
     own turns, and ``ladder``, ``prepacked_rows`` and ``weight_sweep`` return them beside
     their rows (which stay the same rows), the rates those of ``flops`` per call."""
     from tvm_ext.bench.cpu import CPU_QUICK, PEAK, run_cpu
-    from tvm_ext.workload import Workload
     call, flops, info = peak.peak_call(steps=2_000)
     assert flops == 2.0 * info["threads"] * info["chains"] * info["lanes"] * 2_000
     given = (call, flops)
     rows = run_cpu({k: CPU_QUICK[k] for k in ("dense", "chain_mm1", "chain_mm2")}, log=None,
-                   repeat=2, peak=given)
+                   repeat=1, peak=given)
     assert len(rows) == 2 and all(best >= med > 0 for med, best in
                                   (r.peak_gflops for r in rows))
     wl = Workload.create("dense", (64, 128, 64), layout="NT")
