@@ -10,6 +10,7 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 from . import codegen
 from .errors import TemplateError
+from .record import config_identity
 from .space import (ConfigEntity, ConfigSpace, build_space, eval_expr, knob_default_exprs,
                     knob_defaults, load_space_spec, narrow_spec)
 from .strategy import get_template, templates_for
@@ -103,6 +104,12 @@ class Task:
         values = {**knob_defaults(self.spec),
                   **self.template.fallback(self.space, self.workload, self.facts)}
         return self.space.config_from_values(values, fallback=True)
+
+    def is_fallback(self, config: ConfigEntity) -> bool:
+        """Whether ``config`` is this task's fallback, knob by knob, as records identify a
+        config (``record.config_identity``)."""
+        return config_identity(self.name, config.values_dict()) == \
+            config_identity(self.name, self.fallback_config().values_dict())
 
     def _fallback_index(self) -> Optional[int]:
         """The fallback's index in the space, None where it is not one of the space's valid

@@ -508,12 +508,9 @@ def _confirm(args, wl, log: Path) -> None:
     print(f"confirmed: {len(timed)} configs measured again in turn in "
           f"{time.perf_counter() - t0:.1f}s, their times appended to {log} (the latest time "
           f"of a config ranks it)")
-    from .record import config_identity  # noqa: PLC0415
-    fallbacks = {config_identity(t.name, t.fallback_config().values_dict())
-                 for t in {r[0].name: r[0] for r in results}.values()}
     for task, config, old, costs in results:
         label = "the fallback" if old is None else f"was {old.result.mean * 1e3:.4g} ms"
-        if old is not None and config_identity(task.name, config.values_dict()) in fallbacks:
+        if old is not None and task.is_fallback(config):
             label += ", the fallback"
         now = f"{sum(costs) / len(costs) * 1e3:.4g} ms" if isinstance(costs, list) else costs
         print(f"  {now} ({label})  {task.name} {config}")

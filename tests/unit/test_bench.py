@@ -277,6 +277,9 @@ def test_a_tuned_row_whose_record_is_its_fallback_says_so(tmp_path, capsys):
     log = tmp_path / "fallback.json"
     record.append(log, [record.encode(task.target_str, task.name, wl, task.fallback_config(),
                                       MeasureResult([1e-5], 0, 0.1))])
+    assert task.is_fallback(task.fallback_config())
+    assert any(task.space.is_valid(i) and not task.is_fallback(task.config(i))
+               for i in range(len(task.space)))
     (row,) = run_cpu({"dense": wl}, log=str(log), repeat=1)
     assert row.tuned.endswith("tuned") and row.fallback_ms > 0 and row.fallback_same
     other = Row("odd x", 1e9, 2.0, "", 1.0, "", "dense_pack.x86 tuned", fallback_ms=1.2)

@@ -136,8 +136,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         row.ours_best_ms = float(np.min(samples["ours"])) * 1e3
         if "fallback" in samples:
             row.fallback_ms = median_ms(samples["fallback"])[0]
-            row.fallback_same = (k.task.fallback_config().values_dict()
-                                 == k.choice.config.values_dict())
+            row.fallback_same = k.task.is_fallback(k.choice.config)
         if "MetaSchedule" in samples:
             row.ms_ms = median_ms(samples["MetaSchedule"])[0]
         row.peak_gflops = peak_rates(peak, samples)
