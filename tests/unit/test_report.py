@@ -296,27 +296,29 @@ def test_the_module_runs_as_a_command(tmp_path):
     assert r.stderr == f"tvm_ext.report: error: log {tmp_path / 'nope.json'} does not exist\n"
 
 
-def test_samples_taken_after_a_pause_run_their_call_first():
+def test_samples_taken_after_a_pause_run_their_call_first(monkeypatch):
     """The summary and the CPU benches pause before each sample (OpenBLAS's spinning
     workers): each sample then runs its call untimed for ``timing.WARM_S`` first, so cores
-    that were idle are not timed waking up."""
-    import time
+    that were idle are not timed waking up. On a clock that only the call moves (2**-10 s a
+    call, exact in binary): a wall clock on a loaded host made the count of warm calls vary."""
+    import types
 
     from tvm_ext.bench.common import time_calls
-    from tvm_ext.measure.timing import WARM_S, WallSampler
-    stamps = []
+    from tvm_ext.measure import timing
+    now, step = [0.0], 2.0 ** -10
+    calls = []
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
 
     def call():
-        stamps.append(time.perf_counter())
-        time.sleep(0.001)
-    start = time.perf_counter()
-    (sample,) = time_calls(call, repeat=1, min_s=0.005)
-    warm = [t for t in stamps if t < start + WARM_S]
-    assert len(warm) >= 5 and len(stamps) - len(warm) >= 3  # warm calls, then timed ones
-    assert 0.001 <= sample < 0.005
-    stamps.clear()
-    sampler = WallSampler(call, report.CPU_SAMPLE_S)  # the summary's sampler
-    assert sampler.warm >= 5 and sampler.number >= 10
-    stamps.clear()
-    sampler.sample()
-    assert len(stamps) == sampler.warm + sampler.number
+        calls.append(now[0])
+        now[0] += step
+    warm = int(timing.WARM_S / step)
+    (sample,) = time_calls(call, repeat=1, min_s=8 * step)
+    assert warm >= 5 and len(calls) == 2 + warm + 8  # two probes, the warm calls, 8 timed
+    assert sample == step  # the warm calls are not in the sample
+    calls.clear()
+    sampler = timing.WallSampler(call, report.CPU_SAMPLE_S)  # the summary's sampler
+    assert sampler.warm == warm and sampler.number == int(report.CPU_SAMPLE_S / step)
+    calls.clear()
+    assert sampler.sample() == step
+    assert len(calls) == sampler.warm + sampler.number
