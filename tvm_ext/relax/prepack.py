@@ -70,7 +70,7 @@ def constants_on_huge_pages(mod):
     from a file gets TVM's allocation. Returns (module, number of constants moved)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
-    from ..host_memory import MIN_BYTES, host_tensor  # noqa: PLC0415
+    from ..host_memory import MIN_BYTES, _nbytes, host_tensor  # noqa: PLC0415
     moved = {}  # {data address of a constant: the constant on huge pages}
 
     @mutator
@@ -80,12 +80,15 @@ def constants_on_huge_pages(mod):
             if not isinstance(value, tvm.runtime.Tensor) or \
                     value.device.dlpack_device_type() != tvm.cpu(0).dlpack_device_type():
                 return const
+            try:  # its size from its shape: no copy of a small constant
+                small = _nbytes(value.shape, value.dtype) < MIN_BYTES
+            except TypeError:  # a dtype numpy does not know: left where it is
+                small = True
+            if small:
+                return const
             if value.data_ptr() in moved:  # one constant used twice: one copy
                 return moved[value.data_ptr()]
-            arr = value.numpy()
-            if arr.nbytes < MIN_BYTES:
-                return const
-            moved[value.data_ptr()] = relax.const(host_tensor(arr))
+            moved[value.data_ptr()] = relax.const(host_tensor(value.numpy()))
             return moved[value.data_ptr()]
 
     rewriter = _Rehome(mod)
