@@ -49,6 +49,17 @@ def time_calls(fn: Callable[[], None], *, repeat: int, min_s: float = 0.05) -> L
     return [sampler.sample() for _ in range(repeat)]
 
 
+def median_best(samples, scale: float = 1.0) -> Tuple[float, float]:
+    """(median, best) of samples in seconds, times ``scale`` (1e3: ms)."""
+    return float(np.median(samples)) * scale, float(min(samples)) * scale
+
+
+def rates(flops: float, samples) -> Tuple[float, float]:
+    """(GFLOP/s at the median sample, at the best) of a call of ``flops``."""
+    med, best = median_best(samples)
+    return flops / med / 1e9, flops / best / 1e9
+
+
 def median_ms(samples) -> Tuple[float, str]:
     """(median in ms, "min-max" in ms) of samples in seconds: the table shows the spread
     because a shared machine's noise is part of the result."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..host_memory import host_empty, host_tensor
 from ..workload import Workload
-from .common import Row, check_grid, median_ms, sweep_configs, time_calls
+from .common import Row, check_grid, median_ms, rates, sweep_configs, time_calls
 
 # The CPU suite (issue: batch_matmul 24x2048x512x64 NT, dense 128x768 -> 3072, and the MLP
 # chain 1024x2048 . 2048x1024 -> exp -> . 1024x3072).
@@ -220,7 +220,7 @@ def peak_rates(peak, samples) -> Optional[Tuple[float, float]]:
     if not peak:
         return None
     times = samples.pop(PEAK)
-    return peak[1] / float(np.median(times)) / 1e9, peak[1] / min(times) / 1e9
+    return rates(peak[1], times)
 
 
 def _one_time(fn) -> float:

@@ -34,7 +34,7 @@ import functools
 import sys
 
 from ..host_memory import host_empty, host_tensor
-from .common import time_calls
+from .common import median_best, rates, time_calls
 
 
 def peak_kernel(threads: int, lanes: int, chains: int, steps: int, target):
@@ -111,11 +111,10 @@ def measure(steps: int = 200_000, repeat: int = 7, target=None) -> dict:
     """The best and the median of ``repeat`` samples (``PEAK_SAMPLES`` at least, each of
     ``PEAK_SAMPLE_S`` seconds of calls of about steps x 12 FMAs per thread) in GFLOP/s, of the
     vectors and registers of ``target`` (default: the host's)."""
-    import numpy as np  # noqa: PLC0415
     call, flops, info = peak_call(steps, target)
     samples = time_calls(call, repeat=max(repeat, PEAK_SAMPLES), min_s=PEAK_SAMPLE_S)
-    return {**info, "gflops": flops / min(samples) / 1e9,
-            "gflops_median": flops / float(np.median(samples)) / 1e9}
+    median, best = rates(flops, samples)
+    return {**info, "gflops": best, "gflops_median": median}
 
 
 def main(argv=None) -> int:
@@ -123,7 +122,9 @@ def main(argv=None) -> int:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=200_000,
                    help="FMA steps per accumulator and call (default 200000)")
-    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--repeat", type=int, default=7,
+                   help="samples of the peak and of each row (default 7; --ladder at least 9, "
+                   "--weights and --gemv 15)")
     p.add_argument("--gemm", action="store_true",
                    help="also run the CPU bench's large rows and give each as a share of the peak, "
                    "ours and numpy's sampled in turn")
@@ -167,16 +168,17 @@ def main(argv=None) -> int:
         large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
         # the chain's two GEMMs also as rows of their own (the chain row adds its exp kernel)
         large.update({"gemm1": CPU_SUITE["chain_mm1"], "gemm2": CPU_SUITE["chain_mm2"]})
-        rows = run_cpu(large, log=shipped, repeat=5, target=target, peak=peak)
+        rows = run_cpu(large, log=shipped, repeat=args.repeat, target=target, peak=peak)
         print("each row, numpy's and ours, sampled in turn with the peak kernel (GFLOP/s; share "
               "of the peak: median by median, best sample by best sample)")
         for row in rows:
             print(f"{row.name[:44]:<46} " + _shares(row))
-        packed, rates = prepacked_rows(CPU_SUITE["dense"], shipped, target=target, peak=peak)
+        packed, peak_gflops = prepacked_rows(CPU_SUITE["dense"], shipped, args.repeat,
+                                             target=target, peak=peak)
         for name, ms in packed:  # (none where the config has no prepacked kernel)
             gflops = CPU_SUITE["dense"].flop / (ms * 1e-3) / 1e9
-            print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / rates[0]:6.1%} of the peak "
-                  f"({rates[0]:.1f}, in turn)")
+            print(f"{name:<62} {gflops:7.1f} GFLOP/s  {gflops / peak_gflops[0]:6.1%} of the peak "
+                  f"({peak_gflops[0]:.1f}, in turn)")
         # The stores' floor: a row whose output alone takes longer to write than its FMAs at
         # the peak (its best sample in these turns) cannot reach the peak, however its stores
         # and FMAs overlap.
@@ -345,7 +347,7 @@ def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
                         f"ours, weight on {_pages(tvm_own[1])}": functools.partial(kernel,
                                                                                    *tvm_own),
                         "reading the weight alone": functools.partial(floor, W, sums)}, repeat)
-    return {k: (float(np.median(v)) * 1e3, min(v) * 1e3) for k, v in samples.items()}
+    return {k: median_best(v, 1e3) for k, v in samples.items()}
 
 
 def _pages(tensor) -> str:
@@ -413,9 +415,9 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
             calls[(n, label)] = functools.partial(f, *args)
         sizes[n] = b.nbytes / 1e6
     samples = _in_turn(calls, repeat, peak)
-    rates = peak_rates(peak, samples)
-    return [(n, sizes[n], label, (float(np.median(v)) * 1e3, min(v) * 1e3))
-            for (n, label), v in samples.items()], rates
+    peak_gflops = peak_rates(peak, samples)  # (taken out of samples)
+    return [(n, sizes[n], label, median_best(v, 1e3))
+            for (n, label), v in samples.items()], peak_gflops
 
 
 def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: int,
@@ -510,10 +512,9 @@ def ladder(suite, log, repeat: int = 9, target=None, peak=None):
         calls[(key, label)] = functools.partial(f, *args)
         flops[(key, label)] = wl.flop
     samples = _in_turn(calls, repeat, peak)
-    rates = peak_rates(peak, samples)
-    return [(key, label, (flops[(key, label)] / float(np.median(v)) / 1e9,
-                          flops[(key, label)] / min(v) / 1e9))
-            for (key, label), v in samples.items()], rates
+    peak_gflops = peak_rates(peak, samples)  # (taken out of samples)
+    return [(key, label, rates(flops[(key, label)], v))
+            for (key, label), v in samples.items()], peak_gflops
 
 
 def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
@@ -545,10 +546,10 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
     np.testing.assert_allclose(packed[2].numpy(), args[2].numpy(), rtol=1e-5, atol=1e-5)
     samples = _in_turn({k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()},
                        repeat, peak)
-    rates = peak_rates(peak, samples)
+    peak_gflops = peak_rates(peak, samples)  # (taken out of samples)
     tag = "tuned" if choice.tuned else "fallback"
-    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", float(np.median(v)) * 1e3)
-            for k, v in samples.items()], rates
+    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", median_best(v, 1e3)[0])
+            for k, v in samples.items()], peak_gflops
 
 
 if __name__ == "__main__":
