@@ -52,7 +52,7 @@ def _huge_array(shape, dtype) -> np.ndarray | None:
     heap, whose reused chunks carry whatever advice numpy gave them before), its data starting
     at a huge page and advised to huge pages before any page is touched; None where the host
     cannot advise it. The array keeps the mapping alive; the mapping is unmapped with it."""
-    nbytes = _nbytes(shape, dtype)
+    nbytes = size_bytes(shape, dtype)
     if not hasattr(mmap, "MADV_HUGEPAGE"):
         return None
     # private: a shared anonymous mapping is shmem, whose huge pages are another setting
@@ -98,7 +98,7 @@ def mapping(tensor) -> dict:
     cannot be read."""
     # its middle: numpy advises from the page after an array's first byte
     if hasattr(tensor, "data_ptr"):  # a tvm tensor
-        addr = tensor.data_ptr() + _nbytes(tensor.shape, tensor.dtype) // 2
+        addr = tensor.data_ptr() + size_bytes(tensor.shape, tensor.dtype) // 2
     else:
         addr = tensor.ctypes.data + tensor.nbytes // 2
     out, inside = {}, False
@@ -120,7 +120,8 @@ def mapping(tensor) -> dict:
     return out
 
 
-def _nbytes(shape, dtype) -> int:
+def size_bytes(shape, dtype) -> int:
+    """Bytes of a tensor of ``shape`` and ``dtype``."""
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
@@ -133,7 +134,7 @@ def _wanted_array(shape, dtype, dev) -> np.ndarray | None:
 def _wanted(shape, dtype, dev) -> bool:
     import tvm  # noqa: PLC0415
     try:
-        nbytes = _nbytes(shape, dtype)
+        nbytes = size_bytes(shape, dtype)
     except TypeError:  # a dtype numpy does not know: TVM's allocation
         return False
     return dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and \

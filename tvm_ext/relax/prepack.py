@@ -70,7 +70,7 @@ def constants_on_huge_pages(mod):
     from a file gets TVM's allocation. Returns (module, number of constants moved)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
-    from ..host_memory import MIN_BYTES, _nbytes, host_tensor  # noqa: PLC0415
+    from ..host_memory import MIN_BYTES, size_bytes, host_tensor  # noqa: PLC0415
     moved = {}  # {data address of a constant: the constant on huge pages}
 
     @mutator
@@ -81,7 +81,7 @@ def constants_on_huge_pages(mod):
                     value.device.dlpack_device_type() != tvm.cpu(0).dlpack_device_type():
                 return const
             try:  # its size from its shape: no copy of a small constant
-                small = _nbytes(value.shape, value.dtype) < MIN_BYTES
+                small = size_bytes(value.shape, value.dtype) < MIN_BYTES
             except TypeError:  # a dtype numpy does not know: left where it is
                 small = True
             if small:
