@@ -76,7 +76,8 @@ def test_peak_kernel_keeps_every_operand_in_registers():
 def test_ladder_times_each_rows_micro_kernel_and_its_kernel_after_checking_them():
     """``--ladder``: per row, its config's micro-kernel with A and B in L1 and with A read from
     memory, and the row's kernel, each checked against numpy (``ladder`` asserts them) and
-    timed in turn; the tile and K step in the labels are the config's (here the fallback's);
+    timed in turn; the tile, K step and tile_inner in the labels are the config's (here the
+    fallback's): the micro-kernel takes its rows through the K steps as the row's kernel does;
     a batched row, and an M that the register tile does not divide (A's whole tiles read)."""
     from tvm_ext.dispatch import apply_history_best, choose
     from tvm_ext.target import host_cpu_target
@@ -87,9 +88,11 @@ def test_ladder_times_each_rows_micro_kernel_and_its_kernel_after_checking_them(
     for key, wl in suite.items():
         with apply_history_best([]):
             task, choice = choose(wl, host_cpu_target())
-        r, w, ki = (choice.config[n].size[-1] for n in ("tile_y", "tile_x", "tile_k"))
-        want += [(key, f"{r} x {w}, tile_k {ki}: A and B in L1"),
-                 (key, f"{r} x {w}, tile_k {ki}: A's {wl.M // r * r} x {wl.K} from memory"),
+        r, w, ki, inner = (choice.config[n].size[-1] for n in (
+            "tile_y", "tile_x", "tile_k", "tile_inner"))  # rows through the K steps at a time
+        tile = f"{r} x {w}, tile_k {ki}, inner {inner}"
+        want += [(key, f"{tile}: A and B in L1"),
+                 (key, f"{tile}: A's {wl.M // r * r} x {wl.K} from memory"),
                  (key, f"the row's kernel ({task.name} fallback)")]
     assert [(key, label) for key, label, _ in rows] == want
     assert all(best >= med > 0 for _, _, (med, best) in rows) and no_peak is None

@@ -421,9 +421,10 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
 
 
 def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: int,
-                 streamed: bool, lanes: int, target):
+                 streamed: bool, lanes: int, target, inner: int = 0):
     """(module, flops per call) of a GEMM micro-kernel alone, as the x86 templates build it: a
-    rows x width register tile of C, K unrolled by ``ki``, each step ``width / lanes`` vector
+    rows x width register tile of C, K unrolled by ``ki`` (``inner`` rows through the ki steps
+    at a time: ``tile_inner``; 0: all), each step ``width / lanes`` vector
     loads of a B panel [k, width] and ``rows`` broadcasts from A's rows, one parallel task per
     thread, each with a B panel of its own. ``tiles`` register tiles a task, each a sum over
     ``k``; their A is the same ``rows`` rows (``streamed`` False: A and B stay in L1 where
@@ -444,12 +445,13 @@ def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: in
     block = sch.get_sblock("C")
     p, t, i, j, kk = sch.get_loops(block)
     ko, kin = sch.split(kk, [None, ki])
-    sch.reorder(p, t, ko, kin, i, j)
+    io, ii = sch.split(i, [None, inner or rows])
+    sch.reorder(p, t, ko, io, kin, ii, j)
     acc = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc, t)
     sch.parallel(p)
-    sch.unroll(kin)
-    sch.unroll(i)
+    for loop in (io, kin, ii):
+        sch.unroll(loop)
     vectorize_lanes(sch, j, lanes)
     vectorize_lanes(sch, sch.get_loops(acc)[-1], lanes)
     sch.decompose_reduction(block, ko)
@@ -484,14 +486,15 @@ def ladder(suite, log, repeat: int = 9, target=None, peak=None):
         with apply_history_best([log] if log else []):
             task, choice = choose(wl, target)
         cfg = choice.config
-        rows, width, ki = (cfg[n].size[-1] for n in ("tile_y", "tile_x", "tile_k"))
-        tile = f"{rows} x {width}, tile_k {ki}"
+        rows, width, ki, inner = (cfg[n].size[-1] if n in cfg else 0 for n in (
+            "tile_y", "tile_x", "tile_k", "tile_inner"))
+        tile = f"{rows} x {width}, tile_k {ki}" + (f", inner {inner}" if inner else "")
         for label, k, tiles, streamed in (
                 (f"{tile}: A and B in L1", 256, max(1, 4 * wl.M // rows), False),
                 (f"{tile}: A's {max(1, wl.M // rows) * rows} x {wl.K} from memory", wl.K,
                  max(1, wl.M // rows), True)):
             mod, flop = micro_kernel(threads, rows, width, ki, k - k % ki, tiles, streamed,
-                                     lanes, target)
+                                     lanes, target, inner)
             a = rng.uniform(-1, 1, (tiles * rows if streamed else rows, k - k % ki))
             b = rng.uniform(-1, 1, (threads, k - k % ki, width))
             args = [host_tensor(x.astype("float32")) for x in (a, b)] + [
