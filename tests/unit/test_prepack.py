@@ -24,8 +24,9 @@ CPU = host_cpu_target()
 
 
 @pytest.mark.parametrize("layout", ["NT", "NN", "TN"])
-def test_prepacked_kernel_numerics(layout):
-    wl = Workload.create("dense", (48, 96, 40), layout=layout)
+@pytest.mark.parametrize("n", [96, 100])  # 100: a ragged last panel, zero columns cropped
+def test_prepacked_kernel_numerics(layout, n):
+    wl = Workload.create("dense", (48, n, 40), layout=layout)
     task = Task(wl, CPU, template="dense_pack.x86")
     cfg = task.config_with({"tile_y": [-1, 2, 8], "tile_x": [-1, 1, 32], "tile_k": [-1, 4],
                             "tile_inner": [-1, 8]})
@@ -34,26 +35,28 @@ def test_prepacked_kernel_numerics(layout):
     a = rng.standard_normal(wl.a_shape).astype("float32")
     b = rng.standard_normal(wl.b_shape).astype("float32")
     out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
-    f(tvm.runtime.tensor(a), tvm.runtime.tensor(pack_weight(wl, b, 32)), out)
+    packed = pack_weight(wl, b, 32)
+    assert packed.shape == (4 if n == 100 else 3, 40, 32) and not packed[-1, :, n % 32 or 32:].any()
+    f(tvm.runtime.tensor(a), tvm.runtime.tensor(packed), out)
     expect = (a.T if wl.transpose_a else a) @ (b.T if wl.transpose_b else b)
     np.testing.assert_allclose(out.numpy(), expect, rtol=1e-4, atol=1e-4)
-    # a register tile that does not divide N (padded in the kernel): no prepacked kernel
-    odd = Workload.create("dense", (48, 100, 40), layout=layout)
+    # register rows that do not divide M (padded in the kernel): no prepacked kernel
+    odd = Workload.create("dense", (50, n, 40), layout=layout)
     odd_task = Task(odd, CPU, template="dense_pack.x86")
     with pytest.raises(ValueError, match="no prepacked kernel"):
-        prepacked_kernel(odd, odd_task.config_with({"tile_x": [-1, 1, 32]}))
+        prepacked_kernel(odd, odd_task.config_with({"tile_y": [-1, 1, 8]}))
 
 
-def _model(weight_const: bool):
+def _model(weight_const: bool, n: int = 96):
     rng = np.random.default_rng(1)
-    w = rng.standard_normal((64, 96)).astype("float32")
+    w = rng.standard_normal((64, n)).astype("float32")
     bb = relax.BlockBuilder()
     x = relax.Var("x", R.Tensor((32, 64), "float32"))
     params = [x]
     if weight_const:
         wexpr = relax.const(w)
     else:
-        wexpr = relax.Var("w", R.Tensor((64, 96), "float32"))
+        wexpr = relax.Var("w", R.Tensor((64, n), "float32"))
         params.append(wexpr)
     with bb.function("main", params):
         with bb.dataflow():
@@ -62,8 +65,9 @@ def _model(weight_const: bool):
     return bb.get(), w
 
 
-def test_build_packs_a_constant_weight_once():
-    mod, w = _model(weight_const=True)
+@pytest.mark.parametrize("n", [96, 97])  # 97: the panels overhang N (zero columns, cropped)
+def test_build_packs_a_constant_weight_once(n):
+    mod, w = _model(weight_const=True, n=n)
     with tvm_ext.apply_history_best([]):
         apply = ApplyTunedKernels(CPU)
         applied = apply(legalize_as_strategy(mod))

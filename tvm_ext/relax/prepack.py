@@ -3,8 +3,8 @@
 weight read once and written once more per call). Where B is a constant of the Relax function
 (e.g. weights bound with ``BindParams``), ``prepack_constant_weights`` packs it here, with
 numpy, into the panels of the kernel's config (``pack_weight``), and calls that config's kernel
-without its packing (``prepacked_kernel``) instead. Only plain matmuls whose register tile and
-K step divide the shape; fused ones and padded tiles keep packing.
+without its packing (``prepacked_kernel``) instead. Only plain matmuls whose register rows and
+K step divide M and K (panels that overhang N get zero columns); fused ones keep packing.
 
 ``constants_on_huge_pages`` then moves every large constant of a CPU model (packed here or not)
 onto huge pages (``host_memory``), where the measurers put a kernel's operands: a model built
