@@ -26,10 +26,14 @@ CPU = host_cpu_target()
 @pytest.mark.parametrize("layout", ["NT", "NN", "TN"])
 @pytest.mark.parametrize("n", [96, 100])  # 100: a ragged last panel, zero columns cropped
 def test_prepacked_kernel_numerics(layout, n):
+    """Three row tasks; one panel a task and, prefetching the next task's panels, two (a
+    ragged last task where n = 100: 7 panels of 16)."""
     wl = Workload.create("dense", (48, n, 40), layout=layout)
     task = Task(wl, CPU, template="dense_pack.x86")
     cfg = task.config_with({"tile_y": [-1, 2, 8], "tile_x": [-1, 1, 32], "tile_k": [-1, 4],
                             "tile_inner": [-1, 8]})
+    two = task.config_with({"tile_y": [-1, 2, 8], "tile_x": [-1, 2, 16], "tile_k": [-1, 4],
+                            "tile_inner": [-1, 4]})
     f = compile_module(tvm.IRModule({"main": prepacked_kernel(wl, cfg)}), CPU)["main"]
     rng = np.random.default_rng(0)
     a = rng.standard_normal(wl.a_shape).astype("float32")
@@ -40,6 +44,12 @@ def test_prepacked_kernel_numerics(layout, n):
     f(tvm.runtime.tensor(a), tvm.runtime.tensor(packed), out)
     expect = (a.T if wl.transpose_a else a) @ (b.T if wl.transpose_b else b)
     np.testing.assert_allclose(out.numpy(), expect, rtol=1e-4, atol=1e-4)
+    for prefetch in (True, False):
+        g = compile_module(tvm.IRModule({"main": prepacked_kernel(wl, two, 0, prefetch)}), CPU)
+        out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
+        g["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(pack_weight(wl, b, 16)), out)
+        np.testing.assert_allclose(out.numpy(), expect, rtol=1e-4, atol=1e-4)
+        assert ("prefetch" in g.mod.inspect_source("ll")) == prefetch  # llvm.prefetch
     # register rows that do not divide M (padded in the kernel): no prepacked kernel
     odd = Workload.create("dense", (50, n, 40), layout=layout)
     odd_task = Task(odd, CPU, template="dense_pack.x86")
