@@ -130,8 +130,8 @@ def _prefetch_next_panels(sch, wl, cfg):
     prefetch of the panels of the next column task (xo panels [K, xi], contiguous), one cache
     line after another over the task's steps. Without them a task's first register tile
     waits on memory for each panel line it reads first: on a 2-core Zen 5, lm_head
-    64x50257x768 with its weight prepacked ran at 70-77% of the FMA peak, 93% with them
-    (dense 128x3072x768 94-96% either way; docs/BENCHMARKS.md). The tile accumulates in a
+    64x50257x768 with its weight prepacked ran at 80% of the FMA peak, 91% with them (dense
+    128x3072x768 90-95%, 96%; docs/BENCHMARKS.md). The tile accumulates in a
     "local" copy (``in_place`` off): in C itself LLVM no longer kept it in registers."""
     from tvm import tirx  # noqa: PLC0415
 
