@@ -49,6 +49,8 @@ import functools
 import logging
 import os
 
+from .ops.common import rebuilt
+
 logger = logging.getLogger("tvm_ext")
 
 # TVM's own spelling of the launch flag (tvm/runtime/metadata.h).
@@ -62,44 +64,6 @@ def grid_dependency_stmts():
     from tvm.script import tirx as T  # noqa: PLC0415
     return [tirx.Evaluate(T.ptx.griddepcontrol.wait()),
             tirx.Evaluate(T.ptx.griddepcontrol.launch_dependents())]
-
-
-def _rebuilt(stmt, child):
-    """``stmt``, a statement that holds others (``SeqStmt``, ``For``, ``AttrStmt``,
-    ``IfThenElse``, ``While``, ``SBlockRealize``), with ``child`` applied to each of them, and
-    rebuilt only where one changed; any other statement as it is. (TVM 0.27 has no Python
-    statement mutator.)"""
-    from tvm import s_tir, tirx  # noqa: PLC0415
-
-    if isinstance(stmt, tirx.SeqStmt):
-        seq = [child(s) for s in stmt.seq]
-        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else \
-            tirx.SeqStmt(seq, stmt.span)
-    if isinstance(stmt, tirx.IfThenElse):
-        then = child(stmt.then_case)
-        other = None if stmt.else_case is None else child(stmt.else_case)
-        if then.same_as(stmt.then_case) and (other is None or other.same_as(stmt.else_case)):
-            return stmt
-        return tirx.IfThenElse(stmt.condition, then, other, stmt.span)
-    if isinstance(stmt, s_tir.SBlockRealize):
-        b = stmt.block
-        body = child(b.body)
-        if body.same_as(b.body):
-            return stmt
-        block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint, body, b.init,
-                             b.alloc_buffers, b.match_buffers, b.annotations)
-        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
-    if not isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
-        return stmt
-    body = child(stmt.body)
-    if body.same_as(stmt.body):
-        return stmt
-    if isinstance(stmt, tirx.For):
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                        stmt.thread_binding, stmt.annotations, stmt.step, stmt.span)
-    if isinstance(stmt, tirx.AttrStmt):
-        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, stmt.span)
-    return tirx.While(stmt.condition, body, stmt.span)
 
 
 def with_dependent_launch(func):
@@ -119,9 +83,9 @@ def with_dependent_launch(func):
     def visit(stmt):
         if binds(stmt) and not binds(stmt.body):  # the innermost binding: the kernel's body
             found.append(stmt)
-            return _rebuilt(stmt, opened)
+            return rebuilt(stmt, opened)
         if binds(stmt) or isinstance(stmt, (tirx.SeqStmt, s_tir.SBlockRealize)):
-            return _rebuilt(stmt, visit)
+            return rebuilt(stmt, visit)
         if any(k in stmt.script() for k in ("thread_binding", "launch_thread", "env_thread")):
             raise ValueError("with_dependent_launch: a kernel nested under a "
                              f"{type(stmt).__name__} is not handled")
@@ -227,7 +191,7 @@ def _stack_tiles_stmt(stmt, limit: int, fence):
         body = tirx.SeqStmt([_stack_tiles_stmt(stmt.body, limit, fence), fence])
         return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
                         stmt.thread_binding, notes, stmt.step, stmt.span)
-    return _rebuilt(stmt, lambda s: _stack_tiles_stmt(s, limit, fence))
+    return rebuilt(stmt, lambda s: _stack_tiles_stmt(s, limit, fence))
 
 
 def stack_tiles(limit: int = STACK_TILE_BYTES):
@@ -315,7 +279,7 @@ def _whole_vectors_stmt(stmt):
                             stmt.span)
             return tirx.IfThenElse(functools.reduce(tirx.And, whole), fast, slow)
         return stmt
-    return _rebuilt(stmt, _whole_vectors_stmt)
+    return rebuilt(stmt, _whole_vectors_stmt)
 
 
 def whole_vectors():

@@ -233,3 +233,41 @@ def substitute(expr, values):
     for var, value in values.items():
         analyzer.bind(var, value)
     return analyzer.simplify(expr)
+
+
+def rebuilt(stmt, child):
+    """``stmt``, a statement that holds others (``SeqStmt``, ``For``, ``AttrStmt``,
+    ``IfThenElse``, ``While``, ``SBlockRealize``), with ``child`` applied to each of them, and
+    rebuilt only where one changed; any other statement as it is. (TVM 0.27 has no Python
+    statement mutator.)"""
+    from tvm import s_tir, tirx  # noqa: PLC0415
+
+    if isinstance(stmt, tirx.SeqStmt):
+        seq = [child(s) for s in stmt.seq]
+        return stmt if all(a.same_as(b) for a, b in zip(seq, stmt.seq)) else \
+            tirx.SeqStmt(seq, stmt.span)
+    if isinstance(stmt, tirx.IfThenElse):
+        then = child(stmt.then_case)
+        other = None if stmt.else_case is None else child(stmt.else_case)
+        if then.same_as(stmt.then_case) and (other is None or other.same_as(stmt.else_case)):
+            return stmt
+        return tirx.IfThenElse(stmt.condition, then, other, stmt.span)
+    if isinstance(stmt, s_tir.SBlockRealize):
+        b = stmt.block
+        body = child(b.body)
+        if body.same_as(b.body):
+            return stmt
+        block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint, body, b.init,
+                             b.alloc_buffers, b.match_buffers, b.annotations)
+        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
+    if not isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
+        return stmt
+    body = child(stmt.body)
+    if body.same_as(stmt.body):
+        return stmt
+    if isinstance(stmt, tirx.For):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
+                        stmt.thread_binding, stmt.annotations, stmt.step, stmt.span)
+    if isinstance(stmt, tirx.AttrStmt):
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, stmt.span)
+    return tirx.While(stmt.condition, body, stmt.span)

@@ -31,7 +31,7 @@ from typing import List, Sequence
 from ..template import ScheduleTemplate
 from ..workload import DTYPE_BYTES
 from .common import (CROP_BLOCK, MATMUL_BLOCK, element_at, has_block, inline_consumer,
-                     inline_producer, largest_factor, pad_to_tiles)
+                     inline_producer, largest_factor, pad_to_tiles, rebuilt)
 
 
 def packed_gemm_compute(wl, xi: int, prepacked: bool = False):
@@ -135,7 +135,6 @@ def _prefetch_next_panels(sch, wl, cfg):
     "local" copy (``in_place`` off): in C itself LLVM no longer kept it in registers."""
     from tvm import tirx  # noqa: PLC0415
 
-    from ..codegen import _rebuilt  # noqa: PLC0415
     func = sch.mod["main"]
     outer, io, jo, ko = (sch.get(loop) for loop in
                          sch.get_loops(sch.get_sblock(MATMUL_BLOCK + "_update"))[:4])
@@ -165,7 +164,7 @@ def _prefetch_next_panels(sch, wl, cfg):
             return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
                             tirx.SeqStmt([ahead, stmt.body]), stmt.thread_binding,
                             stmt.annotations)
-        return _rebuilt(stmt, insert)
+        return rebuilt(stmt, insert)
     return func.with_body(insert(func.body))
 
 
