@@ -98,6 +98,27 @@ def test_build_packs_a_constant_weight_once(n):
     assert prepack_constant_weights(applied, apply.plain, _mark)[1] == []
 
 
+def test_build_transposes_a_constant_weight_once_and_packs_it():
+    """``nn.Linear`` as Relax writes it, matmul(x, permute_dims(W)) with W a constant of 97
+    rows: the transpose is computed at build time (FoldConstant) and the matmul's weight is
+    prepacked; nothing but the prepacked kernel runs."""
+    w = np.random.default_rng(3).standard_normal((97, 64)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((32, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(R.matmul(x, R.permute_dims(relax.const(w), [1, 0])))
+        bb.emit_func_output(out)
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(bb.get(), CPU, strategy=True)
+    calls = [line.split()[1] for line in ex.as_text().splitlines() if line.strip().startswith(
+        "call") and "vm.builtin" not in line]
+    assert calls == ["tvm_ext_matmul_prepacked"]
+    xs = np.random.default_rng(4).standard_normal((32, 64)).astype("float32")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xs)).numpy()
+    np.testing.assert_allclose(got, xs @ w.T, rtol=1e-4, atol=1e-4)
+
+
 def test_large_constants_of_a_cpu_model_go_on_huge_pages():
     """``constants_on_huge_pages``: a constant of 2 MB or more is copied onto huge pages once
     however often it is used (the advice read back from smaps on Linux), a small one stays;
