@@ -137,6 +137,10 @@ def main(argv=None) -> int:
     p.add_argument("--ladder", action="store_true",
                    help="also run each large row's micro-kernel with A and B in L1 and with A "
                    "read from memory, beside the row's kernel, in turn")
+    p.add_argument("--linear", action="store_true",
+                   help="also time the lm_head row as a Relax model's nn.Linear (matmul of x and "
+                   "permute_dims of a constant weight), built with and without prepacking, in "
+                   "turn")
     p.add_argument("--target", help="build for this llvm target instead of the host's, e.g. "
                    "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\", \"num-cores\": 2}' (AVX2 "
                    "code on an AVX-512 host)")
@@ -215,6 +219,11 @@ def main(argv=None) -> int:
             gf, gf_best = flop / (med * 1e-3) / 1e9, flop / (best * 1e-3) / 1e9
             print(f"  N={n:<6} weight {mb:5.1f} MB  {label:<28} {gf:7.1f} GFLOP/s  "
                   f"{gf / pk:6.1%} (best {gf_best / pk_best:.1%})")
+    if args.linear:
+        wl = CPU_SUITE["lm_head"]
+        for label, (med, best) in linear_rows(wl, shipped, args.repeat, target).items():
+            print(f"Relax nn.Linear {wl.M}x{wl.N}x{wl.K}, {label:<36} {med:8.3f} ms (best "
+                  f"{best:.3f})  {wl.flop / (med * 1e-3) / 1e9:7.1f} GFLOP/s")
     if args.gemv:
         wl = CPU_SUITE["gemv"]
         rows = gemv_rows(wl, shipped, repeat=max(15, args.repeat), target=target)
@@ -423,6 +432,40 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
     peak_gflops = peak_rates(peak, samples)  # (taken out of samples)
     return [(n, sizes[n], label, median_best(v, 1e3))
             for (n, label), v in samples.items()], peak_gflops
+
+
+def linear_rows(wl, log, repeat: int = 7, target=None) -> dict:
+    """{label: (median ms, best ms)} of a dense NT workload as a Relax model's ``nn.Linear``
+    (``matmul(x, permute_dims(W))``, W [N, K] a constant) built by ``tvm_ext.relax.build``
+    under ``log``, with ``prepack`` and without, each checked against numpy and sampled in
+    turn (``cpu._in_turn``)."""
+    import numpy as np  # noqa: PLC0415
+    import tvm  # noqa: PLC0415
+    from tvm import relax  # noqa: PLC0415
+    from tvm.script import relax as R  # noqa: PLC0415
+
+    from ..dispatch import apply_history_best  # noqa: PLC0415
+    from ..relax import build  # noqa: PLC0415
+    from ..target import host_cpu_target  # noqa: PLC0415
+    from .cpu import _in_turn  # noqa: PLC0415
+    rng = np.random.default_rng(0)
+    w = rng.uniform(-1, 1, (wl.N, wl.K)).astype(wl.dtype)
+    xs = rng.uniform(-1, 1, (wl.M, wl.K)).astype(wl.dtype)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((wl.M, wl.K), wl.dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(R.matmul(x, R.permute_dims(relax.const(w), [1, 0])))
+        bb.emit_func_output(out)
+    calls, arg = {}, host_tensor(xs)
+    for prepack in (False, True):
+        with apply_history_best([log] if log else []):
+            ex = build(bb.get(), target or host_cpu_target(), strategy=True, prepack=prepack)
+        main = relax.VirtualMachine(ex, tvm.cpu())["main"]
+        np.testing.assert_allclose(main(arg).numpy(), xs @ w.T, rtol=1e-3, atol=1e-3)
+        calls["prepacked at build time" if prepack else "not prepacked"] = \
+            functools.partial(main, arg)
+    return {k: median_best(v, 1e3) for k, v in _in_turn(calls, repeat).items()}
 
 
 def micro_kernel(threads: int, rows: int, width: int, ki: int, k: int, tiles: int,
