@@ -108,6 +108,13 @@ def test_prepacked_rows_time_both_kernels_after_checking_them():
     assert all(ms > 0 for _, ms in rows) and no_peak is None
 
 
+def test_linear_rows_time_a_relax_linear_built_both_ways_after_checking_it():
+    from tvm_ext.workload import Workload
+    rows = peak.linear_rows(Workload.create("dense", (8, 40, 16), layout="NT"), None, repeat=1)
+    assert list(rows) == ["not prepacked", "prepacked at build time"]  # (each checked)
+    assert all(0 < best <= med for med, best in rows.values())
+
+
 def test_store_floor_writes_the_whole_output_of_a_batched_shape():
     """The stores' floor writes every element of the output (``store_floor`` checks them all
     and raises otherwise), batched and not, and reports a time."""

@@ -151,9 +151,9 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
         mod, epilogues = fuse(mod)
     else:
         mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
-    if prepack and target.kind.name == "llvm":
-        # ops on constants alone computed here (``nn.Linear``'s permute_dims of its weight):
-        # the matmul after them then takes a constant, which prepacking packs
+    if target.kind.name == "llvm":
+        # ops on constants alone computed here (``nn.Linear``'s permute_dims of its weight),
+        # not at every call: the matmul after them takes a constant, which prepacking packs
         mod = _relax.transform.FoldConstant()(mod)
     apply = ApplyTunedKernels(target, epilogues)
     mod = apply(mod)
