@@ -132,10 +132,15 @@ def _wanted_array(shape, dtype, dev) -> np.ndarray | None:
 
 
 def _wanted(shape, dtype, dev) -> bool:
+    return large_on_cpu(shape, dtype, dev) and enabled()
+
+
+def large_on_cpu(shape, dtype, dev) -> bool:
+    """Whether a tensor of ``shape`` and ``dtype`` on ``dev`` is a CPU tensor of at least
+    ``MIN_BYTES`` (False for a dtype numpy does not know: TVM's allocation)."""
     import tvm  # noqa: PLC0415
     try:
         nbytes = size_bytes(shape, dtype)
-    except TypeError:  # a dtype numpy does not know: TVM's allocation
+    except TypeError:
         return False
-    return dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and \
-        nbytes >= MIN_BYTES and enabled()
+    return dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and nbytes >= MIN_BYTES

@@ -163,7 +163,7 @@ def _prefetch_next_panels(sch, wl, cfg):
             ahead = tirx.For(q, 0, per_step, tirx.ForKind.UNROLLED, prefetch(q))
             return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
                             tirx.SeqStmt([ahead, stmt.body]), stmt.thread_binding,
-                            stmt.annotations)
+                            stmt.annotations, stmt.step, stmt.span)
         return rebuilt(stmt, insert)
     return func.with_body(insert(func.body))
 

@@ -70,21 +70,16 @@ def constants_on_huge_pages(mod):
     from a file gets TVM's allocation. Returns (module, number of constants moved)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
-    from ..host_memory import MIN_BYTES, size_bytes, host_tensor  # noqa: PLC0415
+    from ..host_memory import host_tensor, large_on_cpu  # noqa: PLC0415
     moved = {}  # {data address of a constant: the constant on huge pages}
 
     @mutator
     class _Rehome(PyExprMutator):
         def visit_generic_const_(self, const):
             value = const.value  # a tensor, or a scalar of a GenericConst
+            # (sized from its shape: no copy of a small constant)
             if not isinstance(value, tvm.runtime.Tensor) or \
-                    value.device.dlpack_device_type() != tvm.cpu(0).dlpack_device_type():
-                return const
-            try:  # its size from its shape: no copy of a small constant
-                small = size_bytes(value.shape, value.dtype) < MIN_BYTES
-            except TypeError:  # a dtype numpy does not know: left where it is
-                small = True
-            if small:
+                    not large_on_cpu(value.shape, value.dtype, value.device):
                 return const
             if value.data_ptr() in moved:  # one constant used twice: one copy
                 return moved[value.data_ptr()]
