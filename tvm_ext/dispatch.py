@@ -241,7 +241,7 @@ def record_config(best: rec.Record, workload: Workload, target, *, schedulable: 
 
 
 def choose(workload: Workload, target, *, schedulable: bool = False,
-           followed: bool = False) -> tuple:
+           followed: bool = False, template: Optional[str] = None) -> tuple:
     """(Task, Choice) for a workload: the best applicable record of the current context,
     else the fallback config of the highest-priority template. ``schedulable``: only templates
     with a TensorIR schedule (a Relax function with a fused epilogue needs one). ``followed``:
@@ -249,6 +249,8 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
     name (an epilogue no workload takes, served by its anchor's records): its tasks' spaces see
     it (``Task(followed=True)``), so that a record or a fallback that needs nothing after the
     matmul (``nt_store`` = 1) breaks a rule of the space and is passed over or not chosen.
+    ``template``: only that template's records, else its fallback (a Relax matmul whose
+    constant weight is prepacked takes dense_pack.x86's).
 
     A record applies only as measured: each of its knobs a value of this target's space, and
     the config within the space's rules; otherwise it is passed over and listed in the
@@ -263,6 +265,8 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
     mine = target_machine(target)  # a record of another machine is named in the report
     if workload.epilogue and ctx is not None:
         candidates += [(r, True) for r in ctx.query(workload.anchor, target)]
+    if template is not None:
+        candidates = [(r, anchor) for r, anchor in candidates if r.task_name == template]
     for best, anchor in candidates:
         label = f"{workload}: {best.task_name} record " \
                 f"{'of the anchor matmul ' if anchor else ''}tuned on {describe(best.target)}"
@@ -283,8 +287,8 @@ def choose(workload: Workload, target, *, schedulable: bool = False,
     if choice is None and completed is not None:
         task, choice = completed
     if choice is None:
-        task = Task(workload, target, followed=followed,
-                    template=templates_for(workload, target, schedulable=schedulable)[0].name)
+        task = Task(workload, target, followed=followed, template=template or templates_for(
+            workload, target, schedulable=schedulable)[0].name)
         choice = Choice(workload, task.name, task.fallback_config(), False)
     if ctx is not None:
         ctx.report.choices.append(choice)

@@ -654,7 +654,7 @@ def _small_batch(v, f) -> float:
 
 def model_for(template: str) -> Optional[Callable]:
     """The performance model of a template's family, or None."""
-    if template in ("batch_matmul.x86", "dense_pack.x86"):
+    if template in ("batch_matmul.x86", "dense_pack.x86", "dense_swap.x86"):
         return _x86_gemm
     if template == "dense_gemv.x86":
         return _x86_gemv

@@ -85,8 +85,9 @@ class Task:
     @functools.cached_property
     def space(self) -> ConfigSpace:
         wl = self.workload
-        axes = {"B": wl.batch, "M": wl.M, "N": wl.N, "K": wl.K}
-        facts = {**self.facts, "layout": wl.layout, "dtype": wl.dtype,
+        seen = self.template.view(wl) if self.template.view else wl  # (``Template.view``)
+        axes = {"B": seen.batch, "M": seen.M, "N": seen.N, "K": seen.K}
+        facts = {**self.facts, "layout": seen.layout, "dtype": wl.dtype,
                  "out_dtype": wl.out_dtype, "final_dtype": wl.final_dtype,
                  "epilogue": wl.epilogue, "symbolic": int(self.symbolic),
                  "followed": int(self.followed)}

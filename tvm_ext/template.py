@@ -17,6 +17,9 @@ write-back (``ScheduleTemplate.schedule_fused``); a KernelTemplate with ``epilog
 Both have the same rest: knobs as data in ``tuning_spaces/<name>.json`` (axes named M, N, K, B),
 ``fallback(space, workload, facts)`` -> knob values to use without a tuned record, and
 ``check(workload, facts)`` -> None when the template applies, else the reason it does not.
+A template may see the workload through a ``view`` (``dense_swap.x86``: the transposed
+product, N x M): its space's axes and layout are the view's, and its space file may name
+another template's (``"same_as"``) whose knobs then mean the same on the view.
 
 Which templates exist, and which apply to a workload, is ``tvm_ext.strategy``'s job.
 """
@@ -143,6 +146,8 @@ class Template:
     # Imports a template needs before it makes a kernel (tensor intrinsics): kept lazy, so that
     # neither the CLI nor a build worker pays for them unless the template is used.
     prepare: Optional[Callable] = None
+    # workload -> the workload its space's axes and layout are taken from (None: itself).
+    view: Optional[Callable] = None
     # PassContext options the template's kernels must be compiled with.
     pass_config: Dict[str, Any] = field(default_factory=dict)
     # For a template defined outside tvm_ext (a user's, a test's): folders a measurement worker
@@ -189,8 +194,9 @@ class Template:
 class ScheduleTemplate(Template):
     compute: Callable = None
     schedule: Callable = None
-
-    schedulable = True
+    # False: its schedule takes only its own compute, not a Relax function's matmul block
+    # (dense_swap.x86 computes the transposed product); its kernels still take epilogues.
+    schedulable: bool = True
 
     def __post_init__(self):
         if self.compute is None or self.schedule is None:

@@ -100,18 +100,23 @@ def test_ladder_times_each_rows_micro_kernel_and_its_kernel_after_checking_them(
 
 def test_prepacked_rows_time_both_kernels_after_checking_them():
     from tvm_ext.workload import Workload
-    wl = Workload.create("dense", (64, 128, 64), layout="NT")
+    wl = Workload.create("dense", (32, 128, 64), layout="NT")
     rows, no_peak = peak.prepacked_rows(wl, None, repeat=1)  # asserts the kernels agree
     assert [label.split(", ", 1)[1] for label, _ in rows] == [
         "packed at every call (fallback)", "weight packed at build time, no prefetch (fallback)",
-        "weight packed at build time (fallback)"]
+        "weight packed at build time (fallback)",
+        "dense_swap.x86, weight read in place (fallback)"]
+    rows, _ = peak.prepacked_rows(wl.with_(N=48), None, repeat=1)  # N < 2 M: no dense_swap
+    assert len(rows) == 3 and all("dense_swap" not in label for label, _ in rows)
     assert all(ms > 0 for _, ms in rows) and no_peak is None
 
 
 def test_linear_rows_time_a_relax_linear_built_both_ways_after_checking_it():
     from tvm_ext.workload import Workload
-    rows = peak.linear_rows(Workload.create("dense", (8, 40, 16), layout="NT"), None, repeat=1)
-    assert list(rows) == ["not prepacked", "prepacked at build time"]  # (each checked)
+    rows = peak.linear_rows(Workload.create("dense", (32, 80, 16), layout="NT"), None, repeat=1)
+    # (each checked): the weight read in place at every call, or prepacked by dense_pack.x86
+    assert list(rows) == ["not prepacked (dense_swap.x86)",
+                          "prepacked at build time (dense_pack.x86)"]
     assert all(0 < best <= med for med, best in rows.values())
 
 
@@ -195,7 +200,7 @@ def test_the_peak_kernel_is_sampled_in_turn_with_every_comparison():
     wl = Workload.create("dense", (64, 128, 64), layout="NT")
     for rows, rates, n in (peak.ladder({"d": CPU_QUICK["dense"]}, None, repeat=1, peak=given)
                            + (3,),
-                           peak.prepacked_rows(wl, None, repeat=1, peak=given) + (3,),
+                           peak.prepacked_rows(wl, None, repeat=1, peak=given) + (4,),
                            peak.weight_sweep(wl, None, ns=(64,), repeat=1, peak=given) + (2,)):
         assert len(rows) == n and not any(PEAK in str(row) for row in rows)
         assert rates[1] >= rates[0] > 0

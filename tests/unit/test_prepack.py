@@ -15,7 +15,7 @@ from tvm_ext.codegen import compile_module
 from tvm_ext.ops.x86_gemm import pack_weight, prepacked_kernel
 from tvm_ext.relax.apply import ApplyTunedKernels, _mark
 from tvm_ext.relax.legalize import legalize_as_strategy
-from tvm_ext.relax.prepack import prepack_constant_weights
+from tvm_ext.relax.prepack import constant_weight_calls, prepack_constant_weights
 from tvm_ext.target import host_cpu_target
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
@@ -78,9 +78,15 @@ def _model(weight_const: bool, n: int = 96):
 @pytest.mark.parametrize("n", [96, 97])  # 97: the panels overhang N (zero columns, cropped)
 def test_build_packs_a_constant_weight_once(n):
     mod, w = _model(weight_const=True, n=n)
+    legal = legalize_as_strategy(mod)
+    weights = constant_weight_calls(legal)
+    assert weights == {"tvm_ext_matmul"}
     with tvm_ext.apply_history_best([]):
-        apply = ApplyTunedKernels(CPU)
-        applied = apply(legalize_as_strategy(mod))
+        apply = ApplyTunedKernels(CPU, constant_weights=weights)
+        applied = apply(legal)
+    # (where the weight is the larger operand dense_swap.x86 is the default template; a
+    # constant weight takes dense_pack.x86's records or fallback, whose kernel prepacks it)
+    assert [name for _, _, name, _ in apply.replaced] == ["dense_pack.x86"]
     packed, done = prepack_constant_weights(applied, apply.plain, _mark)
     assert done == ["tvm_ext_matmul"]
     assert any(gv.name_hint == "tvm_ext_matmul_prepacked" for gv in packed.functions)
@@ -92,16 +98,19 @@ def test_build_packs_a_constant_weight_once(n):
         np.testing.assert_allclose(got, np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
     # a weight that is a parameter of the function is packed by the kernel, as before
     param_mod, _ = _model(weight_const=False)
+    legal = legalize_as_strategy(param_mod)
+    assert constant_weight_calls(legal) == set()
     with tvm_ext.apply_history_best([]):
-        apply = ApplyTunedKernels(CPU)
-        applied = apply(legalize_as_strategy(param_mod))
+        apply = ApplyTunedKernels(CPU, constant_weights=constant_weight_calls(legal))
+        applied = apply(legal)
     assert prepack_constant_weights(applied, apply.plain, _mark)[1] == []
 
 
 def test_build_transposes_a_constant_weight_once_and_packs_it():
     """``nn.Linear`` as Relax writes it, matmul(x, permute_dims(W)) with W a constant of 97
-    rows: the transpose is computed at build time (FoldConstant) and the matmul's weight is
-    prepacked; nothing but the prepacked kernel runs."""
+    rows: the matmul is a dense NT on W itself (``linear_as_nt``; FoldConstant would also
+    compute the transpose at build time) and W is prepacked; nothing but the prepacked kernel
+    runs."""
     w = np.random.default_rng(3).standard_normal((97, 64)).astype("float32")
     bb = relax.BlockBuilder()
     x = relax.Var("x", R.Tensor((32, 64), "float32"))
@@ -152,3 +161,16 @@ def test_large_constants_of_a_cpu_model_go_on_huge_pages():
         ex = tr.build(mod, CPU, strategy=True)
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xv)).numpy()
     np.testing.assert_allclose(got, xv @ w @ w + bias, rtol=1e-4, atol=1e-2)
+
+
+def test_a_constant_weight_takes_the_prepacking_template_only_over_one_that_reads_it_in_place():
+    """Where dense_swap.x86 is the default (a weight twice A's rows or more), a constant weight
+    takes dense_pack.x86, which prepacks it; a gemv shape keeps dense_gemv.x86 (its weight
+    streamed once a call), a shape dense_pack.x86 is the default of needs nothing."""
+    from tvm_ext.relax.prepack import PREPACK_TEMPLATE, prepack_template
+    lanes = Task(Workload.create("dense", (64, 64, 64)), CPU).facts["vector_lanes"]
+    assert prepack_template(Workload.create("dense", (2 * lanes, 4096, 64), layout="NT"),
+                            CPU) == PREPACK_TEMPLATE
+    for shape, layout in (((1, 4096, 4096), "NT"), ((2 * lanes, 4096, 64), "NN"),
+                          ((128, 128, 64), "NT")):
+        assert prepack_template(Workload.create("dense", shape, layout=layout), CPU) is None

@@ -246,12 +246,12 @@ def test_a_register_tile_of_1024_bytes_stays_in_registers(layout):
 
 
 def _register_tile(op, shape, layout, target, rows: int, width: int, row_tiles: int = 1):
-    """(task, config, library, its assembly): the default template of ``op`` on ``target`` with
+    """(task, config, library, its assembly): ``op``'s packed template on ``target`` with
     a ``rows`` x ``width`` register tile (``tile_k`` 4; dense_pack.x86's tasks ``row_tiles``
     tiles tall), a config of the space that breaks none of its rules."""
     wl = Workload.create(op, shape, layout=layout)
-    task = Task(wl, target)
     dense = op == "dense"  # dense_pack.x86's splits have a middle factor
+    task = Task(wl, target, template="dense_pack.x86" if dense else None)
     values = {**task.fallback_config().values_dict(), "tile_k": [-1, 4],
               "tile_inner": [-1, rows], "tile_y": [-1, row_tiles, rows] if dense else [-1, rows],
               "tile_x": [-1, 1, width] if dense else [-1, width]}
@@ -431,7 +431,7 @@ def test_a_weight_stored_nt_is_packed_by_register_transposes(layout):
                              ("dense", (23, 120, 64), "float32"),
                              ("dense", (23, 128, 62), "float32")):
         wl = Workload.create(op, shape, dtype, layout=layout)
-        task = Task(wl, "llvm")
+        task = Task(wl, "llvm", template="dense_pack.x86" if op == "dense" else None)
         cfg = task.fallback_config()
         lanes = task.facts["vector_lanes"]
         want = layout != "NN" and cfg["tile_x"].size[-1] % lanes == 0 and wl.K >= lanes
@@ -537,7 +537,8 @@ def test_the_fallback_pads_m_to_the_full_register_tile_where_that_adds_little():
     cases = ((AVX2, (1024, 3072, 1024), 6), (AVX2, (128, 3072, 768), 4),
              (AVX512, (1024, 3072, 1024), 8))
     for target, shape, rows in cases:
-        task = Task(Workload.create("dense", shape, layout="NN"), target)
+        task = Task(Workload.create("dense", shape, layout="NN"), target,
+                    template="dense_pack.x86")
         c_bytes = shape[0] * shape[1] * 4
         want = 4 if rows == 6 and c_bytes > task.facts["l3_bytes"] else rows
         cfg = task.fallback_config()

@@ -36,9 +36,11 @@ CASES = [
     ("dense_sgemm.cuda", "dense", (1024, 1024, 1024), "float32", "NN", "cuda"),
     ("batch_matmul_sgemm.cuda", "batch_matmul", (24, 2048, 512, 64), "float32", "NT", "cuda"),
     ("dense_gemv.x86", "dense", (1, 4096, 4096), "float32", "NT", "llvm"),
+    ("dense_swap.x86", "dense", (128, 3072, 768), "float32", "NT", "llvm"),
     # Shapes that are not multiples of the tiles (padding inside the kernel), and int8.
     ("batch_matmul.x86", "batch_matmul", (3, 50, 70, 56), "float32", "NN", "llvm"),
     ("dense_pack.x86", "dense", (100, 72, 200), "float32", "TN", "llvm"),
+    ("dense_swap.x86", "dense", (32, 509, 131), "float32", "TT", "llvm"),
     ("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 56), "float32", "TT", "cuda"),
     ("dense_large_batch.cuda", "dense", (100, 72, 200), "float16", "NT", "cuda"),
     ("dense_tensorcore.cuda", "dense", (100, 72, 200), "float16", "NN", "cuda"),

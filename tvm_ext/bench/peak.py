@@ -402,6 +402,7 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
     from ..codegen import use_host_cores  # noqa: PLC0415
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
     from ..ops.x86_gemm import prepackable  # noqa: PLC0415
+    from ..relax.prepack import PREPACK_TEMPLATE  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     from ..workload import Workload  # noqa: PLC0415
@@ -409,7 +410,7 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
     use_host_cores()
     target = target or host_cpu_target()
     with apply_history_best([log] if log else []):
-        task, choice = choose(wl, target)
+        task, choice = choose(wl, target, template=PREPACK_TEMPLATE)
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (wl.M, wl.K)).astype(wl.dtype)
     calls, sizes = {}, {}
@@ -437,8 +438,8 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
 def linear_rows(wl, log, repeat: int = 7, target=None) -> dict:
     """{label: (median ms, best ms)} of a dense NT workload as a Relax model's ``nn.Linear``
     (``matmul(x, permute_dims(W))``, W [N, K] a constant) built by ``tvm_ext.relax.build``
-    under ``log``, with ``prepack`` and without, each checked against numpy and sampled in
-    turn (``cpu._in_turn``)."""
+    under ``log``, with ``prepack`` and without (each label names the templates its build
+    used), each checked against numpy and sampled in turn (``cpu._in_turn``)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
@@ -459,11 +460,12 @@ def linear_rows(wl, log, repeat: int = 7, target=None) -> dict:
         bb.emit_func_output(out)
     calls, arg = {}, host_tensor(xs)
     for prepack in (False, True):
-        with apply_history_best([log] if log else []):
+        with apply_history_best([log] if log else []) as ctx:
             ex = build(bb.get(), target or host_cpu_target(), strategy=True, prepack=prepack)
         main = relax.VirtualMachine(ex, tvm.cpu())["main"]
         np.testing.assert_allclose(main(arg).numpy(), xs @ w.T, rtol=1e-3, atol=1e-3)
-        calls["prepacked at build time" if prepack else "not prepacked"] = \
+        used = ", ".join(sorted({c.template for c in ctx.report.choices}))
+        calls[f"{'prepacked at build time' if prepack else 'not prepacked'} ({used})"] = \
             functools.partial(main, arg)
     return {k: median_best(v, 1e3) for k, v in _in_turn(calls, repeat).items()}
 
@@ -534,13 +536,14 @@ def ladder(suite, log, repeat: int = 9, target=None, peak=None):
         with apply_history_best([log] if log else []):
             task, choice = choose(wl, target)
         cfg = choice.config
+        seen = task.template.view(wl) if task.template.view else wl  # (dense_swap.x86: N x M)
         rows, width, ki, inner = (cfg[n].size[-1] if n in cfg else 0 for n in (
             "tile_y", "tile_x", "tile_k", "tile_inner"))
         tile = f"{rows} x {width}, tile_k {ki}" + (f", inner {inner}" if inner else "")
         for label, k, tiles, streamed in (
-                (f"{tile}: A and B in L1", 256, max(1, 4 * wl.M // rows), False),
-                (f"{tile}: A's {max(1, wl.M // rows) * rows} x {wl.K} from memory", wl.K,
-                 max(1, wl.M // rows), True)):
+                (f"{tile}: A and B in L1", 256, max(1, 4 * seen.M // rows), False),
+                (f"{tile}: A's {max(1, seen.M // rows) * rows} x {seen.K} from memory", seen.K,
+                 max(1, seen.M // rows), True)):
             mod, flop = micro_kernel(threads, rows, width, ki, k - k % ki, tiles, streamed,
                                      lanes, target, inner)
             a = rng.uniform(-1, 1, (tiles * rows if streamed else rows, k - k % ki))
@@ -569,8 +572,10 @@ def ladder(suite, log, repeat: int = 9, target=None, peak=None):
 
 
 def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
-    """[(label, median ms)] of ``wl``'s kernel under ``log`` with its weight packed at every
-    call and packed once ahead (``prepacked_kernel``: a constant weight of a Relax model),
+    """[(label, median ms)] of ``wl``'s dense_pack.x86 kernel under ``log`` (its record, else
+    its fallback) with its weight packed at every call and packed once ahead
+    (``prepacked_kernel``: a constant weight of a Relax model), and, where it applies,
+    dense_swap.x86's kernel (its record, else fallback), which reads the weight in place,
     sampled in turn as the CPU bench samples (``cpu._in_turn``), [] where the config has no
     prepacked kernel; with them, the peak kernel's (median, best) GFLOP/s in the same turns
     (``peak``: (call, flops per call); else None)."""
@@ -579,19 +584,29 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
 
     from ..dispatch import apply_history_best, choose  # noqa: PLC0415
     from ..measure.check import random_inputs, reference_matmul, tolerance  # noqa: PLC0415
-    from ..ops.x86_gemm import prepackable  # noqa: PLC0415
+    from ..ops.x86_gemm import DENSE_SWAP_X86, prepackable  # noqa: PLC0415
+    from ..relax.prepack import PREPACK_TEMPLATE  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from .cpu import _in_turn, peak_rates  # noqa: PLC0415
     target = target or host_cpu_target()
     with apply_history_best([log] if log else []):
-        task, choice = choose(wl, target)
+        task, choice = choose(wl, target, template=PREPACK_TEMPLATE)
+        swap = choose(wl, target, template=DENSE_SWAP_X86.name) \
+            if DENSE_SWAP_X86.why_not(wl, task.facts) is None else None
     if not prepackable(task.name, wl, choice.config):
         return [], None
     a, b = random_inputs(wl, np.random.default_rng(0))
     A = host_tensor(a)
-    kernels = {label: (f, [A, weight, host_empty(wl.out_shape, wl.out_dtype, tvm.cpu())])
+    tag = "tuned" if choice.tuned else "fallback"
+    kernels = {f"{label} ({tag})":
+               (f, [A, weight, host_empty(wl.out_shape, wl.out_dtype, tvm.cpu())])
                for label, (f, weight) in packed_both_ways(task, choice.config, b, target,
                                                           unprefetched=True).items()}
+    if swap is not None:  # the weight read where it lies, never packed (at every call)
+        kernels[f"{DENSE_SWAP_X86.name}, weight read in place "
+                f"({'tuned' if swap[1].tuned else 'fallback'})"] = (
+            swap[0].build(swap[1].config)["main"],
+            [A, host_tensor(b), host_empty(wl.out_shape, wl.out_dtype, tvm.cpu())])
     want = reference_matmul(wl, a, b)
     for f, fargs in kernels.values():
         f(*fargs)
@@ -599,8 +614,7 @@ def prepacked_rows(wl, log, repeat: int = 7, target=None, peak=None):
     samples = _in_turn({k: functools.partial(f, *fargs) for k, (f, fargs) in kernels.items()},
                        repeat, peak)
     peak_gflops = peak_rates(peak, samples)  # (taken out of samples)
-    tag = "tuned" if choice.tuned else "fallback"
-    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k} ({tag})", median_best(v, 1e3)[0])
+    return [(f"dense {wl.M}x{wl.N}x{wl.K}, {k}", median_best(v, 1e3)[0])
             for k, v in samples.items()], peak_gflops
 
 

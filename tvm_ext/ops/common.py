@@ -18,6 +18,8 @@ MATMUL_BLOCK = "C"
 CROP_BLOCK = MATMUL_BLOCK + "_pad"
 #: The cast of an accumulator to a narrower output dtype (mma's f32 -> f16).
 CAST_BLOCK = "C_cast"
+#: The output of a kernel that computes the transposed product (``dense_swap.x86``).
+TRANSPOSE_BLOCK = "C_t"
 #: The sum of split-K's partial products (a second small kernel).
 SPLIT_SUM_BLOCK = "C_sum"
 #: The sum of sliced-K's partial tiles (in shared memory, in the same kernel).
@@ -191,11 +193,12 @@ def inline_producer(sch, block):
 
 def inline_consumer(sch, block):
     """Inline what follows the write-back into it: the crop of the padded output (CROP_BLOCK,
-    made by pad_einsum), then the cast to the output dtype ("C_cast"). Other consumers (the
-    epilogue of a fused Relax function) are left to the caller."""
+    made by pad_einsum), then the cast to the output dtype ("C_cast") or the transpose of a
+    transposed product (TRANSPOSE_BLOCK). Other consumers (the epilogue of a fused Relax
+    function) are left to the caller."""
     while True:
         ours = [c for c in sch.get_consumers(block)
-                if sch.get(c).name_hint in (CROP_BLOCK, CAST_BLOCK)]
+                if sch.get(c).name_hint in (CROP_BLOCK, CAST_BLOCK, TRANSPOSE_BLOCK)]
         if not ours:
             return
         for c in ours:

@@ -29,9 +29,9 @@ import functools
 from typing import List, Sequence
 
 from ..template import ScheduleTemplate
-from ..workload import DTYPE_BYTES
-from .common import (CROP_BLOCK, MATMUL_BLOCK, element_at, has_block, inline_consumer,
-                     inline_producer, largest_factor, pad_to_tiles, rebuilt)
+from ..workload import DTYPE_BYTES, Workload
+from .common import (CROP_BLOCK, MATMUL_BLOCK, TRANSPOSE_BLOCK, element_at, has_block,
+                     inline_consumer, inline_producer, largest_factor, pad_to_tiles, rebuilt)
 
 
 def packed_gemm_compute(wl, xi: int, prepacked: bool = False):
@@ -217,14 +217,17 @@ def divides(wl, cfg) -> bool:
 def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
                          tile_k: Sequence[int], inner: int, unroll_k: bool = True,
                          prepacked: bool = False, lanes: int = 0, l1_bytes: int = 0,
-                         nt_store: bool = False, in_place: bool = True):
+                         nt_store: bool = False, in_place: bool = True,
+                         transposed: bool = False):
     """tile_y = [yt, yo, yi], tile_x = [xt, xo, xi] (outer sizes may be -1), tile_k = [ko, ki].
     ``prepacked``: B is an input already in panels (``prepacked_kernel``), nothing to pack.
     ``lanes``: the vector lanes of the dtype, for packing a B stored [N, K] by register
     transposes of lanes x lanes blocks (``_transposed_pack``; 0: never); ``l1_bytes``: the
     L1 data cache, above which a padded B stored [N, K] packs across a panel's width;
     ``nt_store``: C written by non-temporal stores (``_nt_write_back``); ``in_place``: False,
-    the tile in a "local" copy even where it could accumulate in C (``_in_place``)."""
+    the tile in a "local" copy even where it could accumulate in C (``_in_place``);
+    ``transposed``: the kernel's output is the transpose of the matmul's (``dense_swap.x86``),
+    its register tile written back column by column, vectorised along its rows."""
     from tvm import tirx  # noqa: PLC0415
 
     _, yo, yi = tile_y
@@ -310,6 +313,11 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         acc = sch.cache_write(c, 0, "local")
         sch.reverse_compute_at(acc, jo)
         inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
+        own = [loop for loop in sch.get_loops(acc)
+               if not any(sch.get(loop).same_as(sch.get(x)) for x in sch.get_loops(c))]
+        if transposed and len(own) == 2:  # C[j, i] = tile[i, j]: C's rows along the tile's i
+            sch.reorder(own[1], own[0])
+            sch.unroll(own[1])  # (each column's lanes taken from the registers)
         last = sch.get_loops(acc)[-1]
         # A one-row, one-column tile has no loops of its own under jo: vectorizing "its last
         # loop" would vectorize jo, around the serial reduction (wrong sums).
@@ -931,22 +939,28 @@ BATCH_MATMUL_X86 = ScheduleTemplate(
 # tile_x = [xt, xo, xi], tile_k = [ko, ki], tile_inner. The weight may be [N, K] (dense, layout
 # NT) or [K, N] (matmul, NN).
 
-def _dense_schedule(sch, cfg, wl, facts):
+def _dense_schedule(sch, cfg, wl, facts, transposed: bool = False):
     schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
                          tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1],
                          lanes=facts["vector_lanes"], l1_bytes=facts.get("l1d_bytes", 0),
-                         nt_store=bool(cfg.value("nt_store", 0)))
+                         nt_store=bool(cfg.value("nt_store", 0)), transposed=transposed)
 
 
 def _dense_fallback(space, wl, facts):
-    return _fallback(space, *(_dense_values(wl, fallback_tiles(wl, facts, pad_m))
+    return _fallback(space, *(_dense_values(wl, fallback_tiles(wl, facts, pad_m),
+                                            2 * facts["num_cores"])
                               for pad_m in (True, False)))
 
 
-def _dense_values(wl, t):
-    yo = -(-wl.M // t["yi"]) // t["yt"]
+def _dense_values(wl, t, tasks: int = 1):
+    rows = -(-wl.M // t["yi"])
+    yo = rows // t["yt"]
     if wl.M % t["yi"]:  # a padded M: a power of two of row tiles per task, within M (one
-        yo = 1 << (yo.bit_length() - 1)  # of the space's values; the last task takes the rest)
+        # of the space's values; the last task takes the rest), ``tasks`` parallel tasks or
+        # more with the column panels: GPT-2's LM head swapped (50257 rows, 2 panels) was
+        # 4 tasks, 19.1 ms on 16 cores against 4.6 tuned (dense_swap.x86, Emerald Rapids)
+        yo = max(1, min(yo, rows // -(-tasks // -(-wl.N // t["xi"]))))
+        yo = 1 << (yo.bit_length() - 1)
         while yo > 1 and yo * t["yi"] > wl.M:
             yo //= 2
     return {"tile_y": [-1, yo, t["yi"]], "tile_x": [-1, 1, t["xi"]], "tile_k": [-1, t["ki"]],
@@ -957,6 +971,58 @@ DENSE_PACK_X86 = ScheduleTemplate(
     name="dense_pack.x86", op="dense", target_kind="llvm",
     compute=_packed_compute, schedule=_dense_schedule, fallback=_dense_fallback,
     check=lambda wl, facts: None, dtypes=("float32", "float64"), symbolic=True)
+
+
+# ---- dense_swap.x86: dense_pack.x86's kernel on the transposed product, C^T = W A^T (N x M
+# x K, the weight its A, A its B; ``swapped``): it packs A into panels and broadcasts the
+# weight's rows from where they lie, so a weight much larger than A is read once, never
+# packed; its register tile is written back transposed, vectorised along C's rows. The packed
+# kernel packs the weight at every call, by register transposes where it is stored [N, K]:
+# per call, dense 128x3072x768 NT ran at 88% of the FMA peak that way and 94% swapped
+# (before the transposed write-back, which costs 2-5 points), GPT-2's LM head 64x50257x768
+# at 71% and 96% (2-core Zen 5; docs/BENCHMARKS.md). It takes a weight stored [N, K] (NT, TT;
+# a [K, N] one packs by plain copies: tuned, dense 1024x3072x1024 NN ran 21.2 ms swapped,
+# 12.7 packed), an M of whole vectors (ViT's 197 rows: 2.57 ms swapped, 1.98 packed) and an
+# N at least twice M. Its knobs are dense_pack.x86's on the view (``Template.view``): tile_y
+# splits N, tile_x splits M.
+
+#: N at least this many times M: the weight is the larger operand (its pack the larger copy).
+SWAP_MIN_RATIO = 2
+
+
+def swapped(wl):
+    """The transposed product of a dense workload: C^T = W A^T, a dense N x M x K whose A is
+    the weight and whose B is ``wl``'s A (each layout letter flipped, the two exchanged: NT
+    stays NT, NN is TT), without ``wl``'s epilogue."""
+    flip = {"N": "T", "T": "N"}
+    return Workload.create("dense", (wl.N, wl.M, wl.K), wl.dtype, wl.out_dtype,
+                           layout=flip[wl.layout[1]] + flip[wl.layout[0]])
+
+
+def _swap_compute(wl, cfg):
+    """[A, W, C] with C[m, n] = C^T[n, m] (``TRANSPOSE_BLOCK``, inlined into the write-back):
+    the transposed product's compute, whose placeholder "A" is ``wl``'s weight and "B" its A."""
+    from tvm import te  # noqa: PLC0415
+    w, a, ct = _packed_compute(swapped(wl), cfg)
+    return [a, w, te.compute(wl.out_shape, lambda i, j: ct[j, i], name=TRANSPOSE_BLOCK)]
+
+
+def _swap_check(wl, facts):
+    lanes = facts["vector_lanes"]  # the product's register tile is M wide: whole vectors
+    if wl.M < 2 * lanes or wl.M % lanes:
+        return f"M={wl.M} is not two or more whole vectors of {lanes} lanes (dense_pack.x86)"
+    if wl.N < SWAP_MIN_RATIO * wl.M:
+        return f"N={wl.N} < {SWAP_MIN_RATIO} x M={wl.M}: the weight is not the larger " \
+               "operand (dense_pack.x86)"
+    return None
+
+
+DENSE_SWAP_X86 = ScheduleTemplate(
+    name="dense_swap.x86", op="dense", target_kind="llvm", compute=_swap_compute,
+    schedule=lambda sch, cfg, wl, facts: _dense_schedule(sch, cfg, swapped(wl), facts, True),
+    fallback=lambda space, wl, facts: _dense_fallback(space, swapped(wl), facts),
+    check=_swap_check, dtypes=("float32", "float64"), layouts=("NT", "TT"), priority=1,
+    view=swapped, schedulable=False)
 
 
 # ---- dense_gemv.x86: a matrix-vector product and few rows (M <= 4) against a weight stored

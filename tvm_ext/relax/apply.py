@@ -19,9 +19,10 @@ from ..errors import TvmExtError
 from ..strategy import get_template
 from ..target import parse_target
 from ..workload import Workload
-from .legalize import legalize_as_strategy
+from .legalize import legalize_as_strategy, linear_as_nt
 from .match import match_family, match_fused, match_matmul
-from .prepack import constants_on_huge_pages, prepack_constant_weights
+from .prepack import (constant_weight_calls, constants_on_huge_pages, prepack_constant_weights,
+                      prepack_template)
 from .subgraph import fuse
 
 _OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
@@ -51,8 +52,11 @@ def _same_params(func, wl) -> bool:
 class ApplyTunedKernels:
     """Schedule the legalized matmul PrimFuncs with our templates (see module doc)."""
 
-    def __init__(self, target=None, epilogues=None):
+    def __init__(self, target=None, epilogues=None, constant_weights=()):
         self.target = parse_target(target)
+        # PrimFunc names whose calls pass a constant weight, which will be prepacked: a plain
+        # matmul among them takes ``prepack_template``'s records (``constant_weight_calls``)
+        self.constant_weights = set(constant_weights)
         # {fused PrimFunc name: epilogue} (``subgraph.fuse``): a fused function takes the
         # records of its subgraph task, then its anchor matmul's.
         self.epilogues = dict(epilogues or {})
@@ -88,9 +92,12 @@ class ApplyTunedKernels:
             # write-back (the wgmma ones), where the function takes that kernel's parameters;
             # any other fused function needs a schedule of its blocks.
             scheduled = fused is not None and not (spec and _same_params(f, wl))
+            template = prepack_template(wl, self.target) if fused is None and \
+                gv.name_hint in self.constant_weights else None
             try:
                 task, choice = choose(wl, self.target, schedulable=scheduled,
-                                      followed=fused is not None and not spec)
+                                      followed=fused is not None and not spec,
+                                      template=template)
             except TvmExtError:
                 continue  # no template for this dtype/target: TVM's pipeline handles it
             if fused is not None and not spec and choice.tuned:
@@ -133,7 +140,8 @@ def _mark(new, old, template: str):
 
 def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
           fuse_epilogue: bool = False, prepack: bool = True):
-    """LegalizeOps (with ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
+    """LegalizeOps (``nn.Linear``'s matmul of a transposed weight as a dense NT on the weight,
+    ``linear_as_nt``; ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
     the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
     TVM's pipeline for everything else (a CPU's TIR through ``codegen.cpu_pipeline``, as our
     kernels are measured). ``fuse_epilogue`` (implies ``strategy``) first fuses each matmul
@@ -150,12 +158,15 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     if fuse_epilogue:
         mod, epilogues = fuse(mod)
     else:
-        mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
+        mod = legalize_as_strategy(mod) if strategy else \
+            _relax.transform.LegalizeOps()(linear_as_nt(mod))
     if target.kind.name == "llvm":
-        # ops on constants alone computed here (``nn.Linear``'s permute_dims of its weight),
-        # not at every call: the matmul after them takes a constant, which prepacking packs
+        # ops on constants alone computed here, not at every call (a transpose of a constant
+        # weight that ``linear_as_nt`` did not take): the matmul after them takes a constant,
+        # which prepacking packs
         mod = _relax.transform.FoldConstant()(mod)
-    apply = ApplyTunedKernels(target, epilogues)
+    weights = constant_weight_calls(mod) if prepack and target.kind.name == "llvm" else ()
+    apply = ApplyTunedKernels(target, epilogues, weights)
     mod = apply(mod)
     if prepack and target.kind.name == "llvm":
         mod, _ = prepack_constant_weights(mod, apply.plain, _mark)

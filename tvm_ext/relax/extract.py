@@ -10,6 +10,7 @@ from ..errors import TvmExtError
 from ..strategy import templates_for
 from ..target import parse_target
 from ..workload import Workload
+from .legalize import linear_as_nt
 from .match import match_family, match_fused, match_matmul
 
 
@@ -40,7 +41,8 @@ def extract_tasks(mod, target=None, *, subgraphs: bool = False) -> List[Tuple[Wo
     if subgraphs:
         mod, epilogues = fuse(mod)
     else:
-        mod = _relax.transform.LegalizeOps()(mod)  # a no-op on a legalized module
+        # (as ``build`` legalizes: nn.Linear's matmul a dense NT; a no-op on a legalized one)
+        mod = _relax.transform.LegalizeOps()(linear_as_nt(mod))
     counts = _call_counts(mod)
     found: Dict[tuple, List] = {}
     for gv, f in mod.functions.items():

@@ -34,9 +34,51 @@ def legalize_matmul(bb, call):
 
 def legalize_as_strategy(mod):
     """LegalizeOps with ``legalize_matmul`` for relax.matmul (this call only: no global
-    registration)."""
+    registration), after ``linear_as_nt``."""
     return _relax.transform.LegalizeOps(customize_legalize_map={
-        "relax.matmul": legalize_matmul})(mod)
+        "relax.matmul": legalize_matmul})(linear_as_nt(mod))
+
+
+def linear_as_nt(mod):
+    """``mod`` with each ``matmul(x, permute_dims(W))`` of a 2-D x and W (``nn.Linear`` as
+    frontends write it; the transpose's axes reversed) a call of our dense compute on W itself,
+    layout NT (``tvm_ext_matmul``), and the transposes no longer used removed. Legalized
+    as written, the model transposed W at every call (TVM's own transpose kernel) and its
+    matmul was a dense NN on the copy: records tuned for the layer (NT) did not apply, and
+    dense_swap.x86, which reads an [N, K] weight in place, never did."""
+    from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
+
+    matmul, permute = (tvm.ir.Op.get(f"relax.{op}") for op in ("matmul", "permute_dims"))
+    changed = []
+
+    @mutator
+    class _Linear(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(matmul) or len(call.args) != 2:
+                return call
+            b = call.args[1]
+            src = self.lookup_binding(b) if isinstance(b, _relax.Var) else b
+            if not (isinstance(src, _relax.Call) and src.op.same_as(permute)):
+                return call
+            axes = src.attrs.axes
+            if axes is not None and [int(a) for a in axes] != [1, 0]:
+                return call
+            wl = workload_of_call(call, weight=src.args[0])
+            if wl is None:
+                return call
+            changed.append(wl)
+            return self.builder_.call_te(lambda a, w: matmul_compute(wl, a, w)[-1],
+                                         call.args[0], src.args[0],
+                                         primfunc_name_hint="tvm_ext_matmul")
+
+    rewriter = _Linear(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, _relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    if not changed:
+        return mod
+    return _relax.transform.DeadCodeElimination()(rewriter.builder_.get())
 
 
 def register_strategy():

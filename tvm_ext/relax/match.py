@@ -200,9 +200,11 @@ def _static_shape(expr) -> Optional[List[int]]:
         return None
 
 
-def workload_of_call(call) -> Optional[Workload]:
-    """The Workload of an ``R.matmul`` call with static shapes that a template covers."""
-    a, b = call.args[0], call.args[1]
+def workload_of_call(call, weight=None) -> Optional[Workload]:
+    """The Workload of an ``R.matmul`` call with static shapes that a template covers;
+    ``weight``: a 2-D weight W of which the call's B is ``permute_dims(W)`` (``nn.Linear``),
+    the dense workload of the call on W itself (layout NT)."""
+    a, b = call.args[0], call.args[1] if weight is None else weight
     sa, sb = _static_shape(a), _static_shape(b)
     if sa is None or sb is None:
         return None
@@ -210,6 +212,10 @@ def workload_of_call(call) -> Optional[Workload]:
     out_dtype = str(getattr(call.attrs, "out_dtype", "") or "")
     out_dtype = dtype if out_dtype in ("", "void") else out_dtype
     try:
+        if weight is not None:
+            if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[1]:
+                return Workload("dense", 1, sa[0], sb[0], sa[1], dtype, out_dtype, "NT")
+            return None
         if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
             return Workload("batch_matmul", sa[0], sa[1], sb[2], sa[2], dtype, out_dtype, "NN")
         if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:

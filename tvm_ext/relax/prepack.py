@@ -18,6 +18,53 @@ import tvm
 from tvm import relax
 
 
+#: The template whose kernels take a weight packed ahead (``prepacked_kernel``). A matmul of a
+#: constant weight takes its records (else its fallback) where ``IN_PLACE`` is the default:
+#: dense_swap.x86 never packs the weight but reads it at every call, and ran 1-3 points of
+#: the FMA peak below the prepacked kernel (2-core Zen 5; 12 on the 16-core Emerald Rapids
+#: VM, GPT-2's LM head; docs/BENCHMARKS.md). (dense_gemv.x86, a few rows, keeps its weight.)
+PREPACK_TEMPLATE = "dense_pack.x86"
+IN_PLACE = ("dense_swap.x86",)
+
+
+def prepack_template(wl, target):
+    """PREPACK_TEMPLATE where a plain matmul ``wl`` of a constant weight should take it rather
+    than its default template (one of ``IN_PLACE``, which PREPACK_TEMPLATE also serves), else
+    None."""
+    from ..errors import TvmExtError  # noqa: PLC0415
+    from ..strategy import templates_for  # noqa: PLC0415
+    try:
+        names = [t.name for t in templates_for(wl, target)]
+    except TvmExtError:  # no template: TVM's pipeline handles it
+        return None
+    return PREPACK_TEMPLATE if names[0] in IN_PLACE and PREPACK_TEMPLATE in names else None
+
+
+def constant_weight_calls(mod) -> set:
+    """Names of the PrimFuncs that a Relax function of ``mod`` calls (``call_tir``) with two
+    arguments, the second a constant: the matmuls whose weight ``prepack_constant_weights``
+    can pack."""
+    from tvm.relax.expr_functor import PyExprVisitor, visitor  # noqa: PLC0415
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    names = set()
+
+    @visitor
+    class _Find(PyExprVisitor):
+        def visit_call_(self, call):
+            super().visit_call_(call)
+            if call.op.same_as(call_tir):
+                args = call.args[1]
+                fields = list(args.fields) if isinstance(args, tvm.ir.expr.Tuple) else []
+                if len(fields) == 2 and isinstance(fields[1], tvm.ir.expr.Constant):
+                    names.add(call.args[0].name_hint)
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            _Find().visit_expr(func)
+    return names
+
+
 def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark: Callable):
     """``mod`` with each ``call_tir`` of a plain dense_pack.x86 matmul (``plain``: {PrimFunc
     name: (task, config)}, what ``ApplyTunedKernels`` built) whose weight is a constant

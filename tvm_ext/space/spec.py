@@ -41,6 +41,13 @@ def load_space_spec(template: str, path: Optional[str] = None) -> Dict[str, Any]
     except json.JSONDecodeError as err:
         raise SpaceError(f"space file {p} is not valid JSON (line {err.lineno}: {err.msg})") \
             from None
+    if isinstance(spec, dict) and "same_as" in spec:
+        # A template whose space is another's, seen on its own view of the workload
+        # (``Template.view``): that file's knobs, lets and rules, and this file's rules after
+        base = load_space_spec(spec["same_as"])
+        spec = {**base, "template": spec.get("template", template),
+                "doc": spec.get("doc", base.get("doc", "")),
+                "constraints": base.get("constraints", []) + spec.get("constraints", [])}
     if not isinstance(spec, dict) or not isinstance(spec.get("knobs"), list):
         raise SpaceError(f"space file {p} needs an object with a 'knobs' list")
     if spec.get("template", template) != template:
