@@ -958,7 +958,8 @@ def _dense_values(wl, t, tasks: int = 1):
     if wl.M % t["yi"]:  # a padded M: a power of two of row tiles per task, within M (one
         # of the space's values; the last task takes the rest), ``tasks`` parallel tasks or
         # more with the column panels: GPT-2's LM head swapped (50257 rows, 2 panels) was
-        # 4 tasks, 19.1 ms on 16 cores against 4.6 tuned (dense_swap.x86, Emerald Rapids)
+        # 4 tasks, 19.11 ms on 16 cores against 4.56 tuned (dense_swap.x86, Emerald Rapids
+        # VM, the tune command's summary; tuned/fallback 1.30x in the CPU bench after)
         yo = max(1, min(yo, rows // -(-tasks // -(-wl.N // t["xi"]))))
         yo = 1 << (yo.bit_length() - 1)
         while yo > 1 and yo * t["yi"] > wl.M:
@@ -978,13 +979,12 @@ DENSE_PACK_X86 = ScheduleTemplate(
 # weight's rows from where they lie, so a weight much larger than A is read once, never
 # packed; its register tile is written back transposed, vectorised along C's rows. The packed
 # kernel packs the weight at every call, by register transposes where it is stored [N, K]:
-# per call, dense 128x3072x768 NT ran at 88% of the FMA peak that way and 94% swapped
-# (before the transposed write-back, which costs 2-5 points), GPT-2's LM head 64x50257x768
-# at 71% and 96% (2-core Zen 5; docs/BENCHMARKS.md). It takes a weight stored [N, K] (NT, TT;
-# a [K, N] one packs by plain copies: tuned, dense 1024x3072x1024 NN ran 21.2 ms swapped,
-# 12.7 packed), an M of whole vectors (ViT's 197 rows: 2.57 ms swapped, 1.98 packed) and an
-# N at least twice M. Its knobs are dense_pack.x86's on the view (``Template.view``): tile_y
-# splits N, tile_x splits M.
+# per call, dense 128x3072x768 NT ran at 83.1-83.6% of the FMA peak that way and 91.2-93.1%
+# swapped, GPT-2's LM head 64x50257x768 at 69.7-71.0% and 85.8-91.2% (2-core Zen 5,
+# ``bench.peak --gemm``; docs/BENCHMARKS.md). It takes a weight stored [N, K] (NT, TT; a
+# [K, N] one packs by plain copies), an M of whole vectors and an N at least twice M: tuning
+# both on dense 1024x3072x1024 NN and ViT's 197x3072x768 NT, dense_pack.x86 won. Its knobs
+# are dense_pack.x86's on the view (``Template.view``): tile_y splits N, tile_x splits M.
 
 #: N at least this many times M: the weight is the larger operand (its pack the larger copy).
 SWAP_MIN_RATIO = 2

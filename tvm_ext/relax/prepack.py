@@ -20,9 +20,10 @@ from tvm import relax
 
 #: The template whose kernels take a weight packed ahead (``prepacked_kernel``). A matmul of a
 #: constant weight takes its records (else its fallback) where ``IN_PLACE`` is the default:
-#: dense_swap.x86 never packs the weight but reads it at every call, and ran 1-3 points of
+#: dense_swap.x86 never packs the weight but reads it at every call, and ran 1-5 points of
 #: the FMA peak below the prepacked kernel (2-core Zen 5; 12 on the 16-core Emerald Rapids
-#: VM, GPT-2's LM head; docs/BENCHMARKS.md). (dense_gemv.x86, a few rows, keeps its weight.)
+#: VM, GPT-2's LM head; ``bench.peak --gemm``, docs/BENCHMARKS.md). (dense_gemv.x86, a few
+#: rows, keeps its weight.)
 PREPACK_TEMPLATE = "dense_pack.x86"
 IN_PLACE = ("dense_swap.x86",)
 
