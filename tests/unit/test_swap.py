@@ -131,6 +131,34 @@ def test_a_relax_linear_is_a_dense_nt_and_takes_the_swapped_kernel():
         np.testing.assert_allclose(got, a @ b.T, rtol=1e-4, atol=1e-4)
 
 
+def test_a_relax_linear_with_bias_and_relu_fused_into_the_swapped_kernel():
+    """``relu(matmul(x, permute_dims(W)) + bias)`` built with ``fuse_epilogue``: one fused
+    kernel, the subgraph task dense NT + bias+relu, dense_swap.x86's, numpy's answer."""
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from tvm_ext.relax import build, extract_tasks
+    M, N, K = 2 * LANES, 192, 40
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((M, K), "float32"))
+    w = relax.Var("w", R.Tensor((N, K), "float32"))
+    bias = relax.Var("bias", R.Tensor((N,), "float32"))
+    with bb.function("main", [x, w, bias]):
+        with bb.dataflow():
+            out = bb.emit_output(R.nn.relu(R.add(R.matmul(x, R.permute_dims(w)), bias)))
+        bb.emit_func_output(out)
+    wl = Workload.create("dense", (M, N, K), layout="NT", epilogue="bias+relu")
+    assert extract_tasks(bb.get(), CPU, subgraphs=True) == [(wl, 1)]
+    with apply_history_best([]) as ctx:
+        ex = build(bb.get(), CPU, fuse_epilogue=True)
+    assert [(c.workload, c.template) for c in ctx.report.choices] == [(wl, "dense_swap.x86")]
+    rng = np.random.default_rng(1)
+    a, b, c = (rng.uniform(-1, 1, s).astype("float32") for s in ((M, K), (N, K), (N,)))
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](
+        *(tvm.runtime.tensor(v) for v in (a, b, c))).numpy()
+    np.testing.assert_allclose(got, np.maximum(a @ b.T + c, 0), rtol=1e-4, atol=1e-4)
+
+
 def test_records_of_both_templates_rank_by_cost_and_a_template_can_be_asked_for():
     """A workload both templates take is served by its fastest record, whichever template's;
     ``choose(template=...)`` (a Relax matmul whose constant weight is prepacked) takes only

@@ -140,9 +140,10 @@ def _mark(new, old, template: str):
 
 def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
           fuse_epilogue: bool = False, prepack: bool = True):
-    """LegalizeOps (``nn.Linear``'s matmul of a transposed weight as a dense NT on the weight,
-    ``linear_as_nt``; ``legalize_matmul`` for relax.matmul when ``strategy``), our kernels for
-    the matmuls (under the current ``apply_history_best``, if any), then ``tvm.compile`` with
+    """LegalizeOps (on the CPU after ``linear_as_nt``: ``nn.Linear``'s matmul of a transposed
+    weight a dense NT on the weight; ``legalize_matmul`` for relax.matmul when ``strategy``),
+    our kernels for the matmuls (under the current ``apply_history_best``, if any), then
+    ``tvm.compile`` with
     TVM's pipeline for everything else (a CPU's TIR through ``codegen.cpu_pipeline``, as our
     kernels are measured). ``fuse_epilogue`` (implies ``strategy``) first fuses each matmul
     with the elementwise ops after it (TVM's FuseOps) and computes them in our kernel's
@@ -155,11 +156,12 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
     epilogues = {}
+    if target.kind.name == "llvm":
+        mod = linear_as_nt(mod)  # nn.Linear: a dense NT on its weight, never transposed
     if fuse_epilogue:
         mod, epilogues = fuse(mod)
     else:
-        mod = legalize_as_strategy(mod) if strategy else \
-            _relax.transform.LegalizeOps()(linear_as_nt(mod))
+        mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
     if target.kind.name == "llvm":
         # ops on constants alone computed here, not at every call (a transpose of a constant
         # weight that ``linear_as_nt`` did not take): the matmul after them takes a constant,

@@ -38,11 +38,12 @@ def extract_tasks(mod, target=None, *, subgraphs: bool = False) -> List[Tuple[Wo
     from .subgraph import fuse  # noqa: PLC0415
     target = parse_target(target)
     epilogues = {}
+    if target.kind.name == "llvm":  # as ``build``: nn.Linear's matmul a dense NT on its weight
+        mod = linear_as_nt(mod)
     if subgraphs:
         mod, epilogues = fuse(mod)
     else:
-        # (as ``build`` legalizes: nn.Linear's matmul a dense NT; a no-op on a legalized one)
-        mod = _relax.transform.LegalizeOps()(linear_as_nt(mod))
+        mod = _relax.transform.LegalizeOps()(mod)  # a no-op on a legalized module
     counts = _call_counts(mod)
     found: Dict[tuple, List] = {}
     for gv, f in mod.functions.items():

@@ -34,9 +34,9 @@ def legalize_matmul(bb, call):
 
 def legalize_as_strategy(mod):
     """LegalizeOps with ``legalize_matmul`` for relax.matmul (this call only: no global
-    registration), after ``linear_as_nt``."""
+    registration)."""
     return _relax.transform.LegalizeOps(customize_legalize_map={
-        "relax.matmul": legalize_matmul})(linear_as_nt(mod))
+        "relax.matmul": legalize_matmul})(mod)
 
 
 def linear_as_nt(mod):
@@ -45,7 +45,8 @@ def linear_as_nt(mod):
     layout NT (``tvm_ext_matmul``), and the transposes no longer used removed. Legalized
     as written, the model transposed W at every call (TVM's own transpose kernel) and its
     matmul was a dense NN on the copy: records tuned for the layer (NT) did not apply, and
-    dense_swap.x86, which reads an [N, K] weight in place, never did."""
+    dense_swap.x86, which reads an [N, K] weight in place, never did. A CPU build's first
+    step (``build``, ``extract_tasks``); a CUDA build keeps the transpose (not measured)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
     matmul, permute = (tvm.ir.Op.get(f"relax.{op}") for op in ("matmul", "permute_dims"))
