@@ -143,21 +143,19 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     """LegalizeOps (on the CPU after ``linear_as_nt``: ``nn.Linear``'s matmul of a transposed
     weight a dense NT on the weight; ``legalize_matmul`` for relax.matmul when ``strategy``),
     our kernels for the matmuls (under the current ``apply_history_best``, if any), then
-    ``tvm.compile`` with
-    TVM's pipeline for everything else (a CPU's TIR through ``codegen.cpu_pipeline``, as our
-    kernels are measured). ``fuse_epilogue`` (implies ``strategy``) first fuses each matmul
-    with the elementwise ops after it (TVM's FuseOps) and computes them in our kernel's
-    write-back; such a function takes its subgraph task's record (``subgraph``),
-    else its anchor matmul's (marked so in the report), else the fallback. ``prepack`` (CPU):
-    a plain matmul whose weight is a constant of the model gets it packed here, once
-    (``prepack_constant_weights``), instead of at every call; a CPU model's large constants go
-    on huge pages (``constants_on_huge_pages``)."""
+    ``tvm.compile`` with TVM's pipeline for everything else (a CPU's TIR through
+    ``codegen.cpu_pipeline``, as our kernels are measured). ``fuse_epilogue`` (implies
+    ``strategy``) first fuses each matmul with the elementwise ops after it (TVM's FuseOps)
+    and computes them in our kernel's write-back; such a function takes its subgraph task's
+    record (``subgraph``), else its anchor matmul's (marked so in the report), else the
+    fallback. ``prepack`` (CPU): a plain matmul whose weight is a constant of the model gets it
+    packed here, once (``prepack_constant_weights``), instead of at every call; a CPU model's
+    large constants go on huge pages (``constants_on_huge_pages``)."""
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
-    epilogues = {}
-    if target.kind.name == "llvm":
         mod = linear_as_nt(mod)  # nn.Linear: a dense NT on its weight, never transposed
+    epilogues = {}
     if fuse_epilogue:
         mod, epilogues = fuse(mod)
     else:
