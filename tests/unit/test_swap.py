@@ -197,3 +197,35 @@ def test_the_fallback_gives_every_core_tasks_where_the_rows_are_padded(cores):
     (_, yo, yi), (_, xo, xi) = cfg["tile_y"].size, cfg["tile_x"].size
     tasks = -(-(-(-50257 // yi)) // yo) * -(-64 // (xo * xi))
     assert tasks >= 2 * cores and not task.space.violations(cfg), cfg
+
+
+def test_a_relax_linear_of_a_batch_of_sequences_is_one_dense_nt_on_its_rows():
+    """``matmul(x, permute_dims(W))`` with x [B, S, K] (a transformer's activations): one
+    dense NT of B * S rows on W itself, x and the result reshaped as views (nothing copied),
+    numpy's answer; the tasks a model's tuning extracts are that dense."""
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from tvm_ext.relax import build, extract_tasks
+    B, S, N, K = 2, LANES, 160, 24
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((B, S, K), "float32"))
+    w = relax.Var("w", R.Tensor((N, K), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(R.matmul(x, R.permute_dims(w)))
+        bb.emit_func_output(out)
+    wl = Workload.create("dense", (B * S, N, K), layout="NT")
+    assert extract_tasks(bb.get(), CPU) == [(wl, 1)]
+    with apply_history_best([]) as ctx:
+        ex = build(bb.get(), CPU)
+    assert [(c.workload, c.template) for c in ctx.report.choices] == [(wl, "dense_swap.x86")]
+    calls = [line.split()[1] for line in ex.as_text().splitlines()
+             if line.strip().startswith("call") and "vm.builtin" not in line]
+    assert calls == ["tvm_ext_matmul"]  # no transpose of W, reshapes as views (no copy)
+    rng = np.random.default_rng(2)
+    a, b = rng.uniform(-1, 1, (B, S, K)).astype("float32"), \
+        rng.uniform(-1, 1, (N, K)).astype("float32")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(a),
+                                                      tvm.runtime.tensor(b)).numpy()
+    np.testing.assert_allclose(got, a @ b.T, rtol=1e-4, atol=1e-4)

@@ -9,7 +9,7 @@ import tvm
 from tvm import relax as _relax
 
 from ..ops.common import matmul_compute
-from .match import workload_of_call
+from .match import _static_shape, workload_of_call
 
 #: ``register_op_attr`` level of ours: above TVM's own (10).
 STRATEGY_LEVEL = 11
@@ -40,9 +40,10 @@ def legalize_as_strategy(mod):
 
 
 def linear_as_nt(mod):
-    """``mod`` with each ``matmul(x, permute_dims(W))`` of a 2-D x and W (``nn.Linear`` as
-    frontends write it; the transpose's axes reversed) a call of our dense compute on W itself,
-    layout NT (``tvm_ext_matmul``), and the transposes no longer used removed. Legalized
+    """``mod`` with each ``matmul(x, permute_dims(W))`` of a 2-D W (``nn.Linear`` as frontends
+    write it; the transpose's axes reversed) a call of our dense compute on W itself, layout NT
+    (``tvm_ext_matmul``; an x of more dims, [B, S, K], reshaped to its rows and the result
+    back), and the transposes no longer used removed. Legalized
     as written, the model transposed W at every call (TVM's own transpose kernel) and its
     matmul was a dense NN on the copy: records tuned for the layer (NT) did not apply, and
     dense_swap.x86, which reads an [N, K] weight in place, never did. A CPU build's first
@@ -69,9 +70,16 @@ def linear_as_nt(mod):
             if wl is None:
                 return call
             changed.append(wl)
-            return self.builder_.call_te(lambda a, w: matmul_compute(wl, a, w)[-1],
-                                         call.args[0], src.args[0],
-                                         primfunc_name_hint="tvm_ext_matmul")
+            x = call.args[0]
+            lead = _static_shape(x)[:-1]  # (static: workload_of_call took it)
+            if len(lead) > 1:  # [B, S, K]: its rows, then the result in x's leading dims
+                x = self.builder_.emit(_relax.op.reshape(x, [wl.M, wl.K]))
+            out = self.builder_.call_te(lambda a, w: matmul_compute(wl, a, w)[-1], x,
+                                        src.args[0], primfunc_name_hint="tvm_ext_matmul")
+            if len(lead) > 1:  # (a binding of its own: a view, not a copy, when built)
+                out = self.builder_.emit(_relax.op.reshape(self.builder_.emit(out),
+                                                           lead + [wl.N]))
+            return out
 
     rewriter = _Linear(mod)
     for gv, func in mod.functions.items():

@@ -8,6 +8,7 @@ elementwise ending in the output is a fused one.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Tuple
 
 import tvm
@@ -203,7 +204,8 @@ def _static_shape(expr) -> Optional[List[int]]:
 def workload_of_call(call, weight=None) -> Optional[Workload]:
     """The Workload of an ``R.matmul`` call with static shapes that a template covers;
     ``weight``: a 2-D weight W of which the call's B is ``permute_dims(W)`` (``nn.Linear``),
-    the dense workload of the call on W itself (layout NT)."""
+    the dense workload of the call on W itself (layout NT), an A of more than two dims taken
+    as its rows (its leading dims flattened into M)."""
     a, b = call.args[0], call.args[1] if weight is None else weight
     sa, sb = _static_shape(a), _static_shape(b)
     if sa is None or sb is None:
@@ -213,8 +215,9 @@ def workload_of_call(call, weight=None) -> Optional[Workload]:
     out_dtype = dtype if out_dtype in ("", "void") else out_dtype
     try:
         if weight is not None:
-            if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[1]:
-                return Workload("dense", 1, sa[0], sb[0], sa[1], dtype, out_dtype, "NT")
+            if len(sa) >= 2 and len(sb) == 2 and sa[-1] == sb[1]:
+                rows = math.prod(sa[:-1])
+                return Workload("dense", 1, rows, sb[0], sa[-1], dtype, out_dtype, "NT")
             return None
         if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
             return Workload("batch_matmul", sa[0], sa[1], sb[2], sa[2], dtype, out_dtype, "NN")
