@@ -49,7 +49,7 @@ import functools
 import logging
 import os
 
-from .ops.common import rebuilt
+from .ops.common import loop_with, rebuilt
 
 logger = logging.getLogger("tvm_ext")
 
@@ -189,8 +189,7 @@ def _stack_tiles_stmt(stmt, limit: int, fence):
     if isinstance(stmt, tirx.For) and FENCE_TASKS in stmt.annotations:
         notes = {k: v for k, v in stmt.annotations.items() if k != FENCE_TASKS}
         body = tirx.SeqStmt([_stack_tiles_stmt(stmt.body, limit, fence), fence])
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                        stmt.thread_binding, notes, stmt.step, stmt.span)
+        return loop_with(stmt, body, annotations=notes)
     return rebuilt(stmt, lambda s: _stack_tiles_stmt(s, limit, fence))
 
 
@@ -269,14 +268,10 @@ def _whole_vectors_stmt(stmt):
             block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint + "_whole",
                                  b.body, b.init, b.alloc_buffers, b.match_buffers,
                                  b.annotations)
-            fast = tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
-                            s_tir.SBlockRealize(realize.iter_values, pred, block),
-                            stmt.thread_binding, stmt.annotations, stmt.step, stmt.span)
+            fast = loop_with(stmt, s_tir.SBlockRealize(realize.iter_values, pred, block))
             # the rest one guarded element at a time, unrolled: the tile's elements at
             # constant offsets (it stays in registers, not copied to the stack for the loop)
-            slow = tirx.For(stmt.loop_var, stmt.min, stmt.extent, tirx.ForKind.UNROLLED,
-                            realize, stmt.thread_binding, stmt.annotations, stmt.step,
-                            stmt.span)
+            slow = loop_with(stmt, realize, kind=tirx.ForKind.UNROLLED)
             return tirx.IfThenElse(functools.reduce(tirx.And, whole), fast, slow)
         return stmt
     return rebuilt(stmt, _whole_vectors_stmt)

@@ -269,8 +269,17 @@ def rebuilt(stmt, child):
     if body.same_as(stmt.body):
         return stmt
     if isinstance(stmt, tirx.For):
-        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body,
-                        stmt.thread_binding, stmt.annotations, stmt.step, stmt.span)
+        return loop_with(stmt, body)
     if isinstance(stmt, tirx.AttrStmt):
         return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, body, stmt.span)
     return tirx.While(stmt.condition, body, stmt.span)
+
+
+def loop_with(loop, body, *, kind=None, annotations=None):
+    """A copy of the ``For`` ``loop`` with ``body`` (and ``kind`` or ``annotations`` where
+    given); its variable, range, thread binding, step and span as they were."""
+    from tvm import tirx  # noqa: PLC0415
+    return tirx.For(loop.loop_var, loop.min, loop.extent,
+                    loop.kind if kind is None else kind, body, loop.thread_binding,
+                    loop.annotations if annotations is None else annotations, loop.step,
+                    loop.span)

@@ -31,7 +31,8 @@ from typing import List, Sequence
 from ..template import ScheduleTemplate
 from ..workload import DTYPE_BYTES, Workload
 from .common import (CROP_BLOCK, MATMUL_BLOCK, TRANSPOSE_BLOCK, element_at, has_block,
-                     inline_consumer, inline_producer, largest_factor, pad_to_tiles, rebuilt)
+                     inline_consumer, inline_producer, largest_factor, loop_with, pad_to_tiles,
+                     rebuilt)
 
 
 def packed_gemm_compute(wl, xi: int, prepacked: bool = False):
@@ -161,9 +162,7 @@ def _prefetch_next_panels(sch, wl, cfg):
         if isinstance(stmt, tirx.For) and stmt.loop_var.same_as(ko.loop_var):
             q = tirx.Var("q", "int32")
             ahead = tirx.For(q, 0, per_step, tirx.ForKind.UNROLLED, prefetch(q))
-            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
-                            tirx.SeqStmt([ahead, stmt.body]), stmt.thread_binding,
-                            stmt.annotations, stmt.step, stmt.span)
+            return loop_with(stmt, tirx.SeqStmt([ahead, stmt.body]))
         return rebuilt(stmt, insert)
     return func.with_body(insert(func.body))
 
@@ -313,9 +312,9 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
         acc = sch.cache_write(c, 0, "local")
         sch.reverse_compute_at(acc, jo)
         inline_consumer(sch, acc)  # a padded M or N: the crop, in the write-back
-        own = [loop for loop in sch.get_loops(acc)
-               if not any(sch.get(loop).same_as(sch.get(x)) for x in sch.get_loops(c))]
-        if transposed and len(own) == 2:  # C[j, i] = tile[i, j]: C's rows along the tile's i
+        own = [loop for loop in sch.get_loops(acc) if not any(
+            sch.get(loop).same_as(sch.get(x)) for x in sch.get_loops(c))] if transposed else []
+        if len(own) == 2:  # C[j, i] = tile[i, j]: C's rows along the tile's i
             sch.reorder(own[1], own[0])
             sch.unroll(own[1])  # (each column's lanes taken from the registers)
         last = sch.get_loops(acc)[-1]

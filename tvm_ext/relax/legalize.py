@@ -10,6 +10,7 @@ from tvm import relax as _relax
 
 from ..ops.common import matmul_compute
 from .match import _static_shape, workload_of_call
+from .prepack import rewritten
 
 #: ``register_op_attr`` level of ours: above TVM's own (10).
 STRATEGY_LEVEL = 11
@@ -81,13 +82,8 @@ def linear_as_nt(mod):
                                                            lead + [wl.N]))
             return out
 
-    rewriter = _Linear(mod)
-    for gv, func in mod.functions.items():
-        if isinstance(func, _relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    if not changed:
-        return mod
-    return _relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+    new = rewritten(_Linear(mod), mod)
+    return _relax.transform.DeadCodeElimination()(new) if changed else mod
 
 
 def register_strategy():

@@ -41,24 +41,41 @@ def prepack_template(wl, target):
     return PREPACK_TEMPLATE if names[0] in IN_PLACE and PREPACK_TEMPLATE in names else None
 
 
+def _constant_weight(call):
+    """(x, the constant weight) of a ``call_tir`` with two arguments, the second a constant,
+    else None."""
+    if not call.op.same_as(tvm.ir.Op.get("relax.call_tir")):
+        return None
+    args = call.args[1]
+    fields = list(args.fields) if isinstance(args, tvm.ir.expr.Tuple) else []
+    if len(fields) != 2 or not isinstance(fields[1], tvm.ir.expr.Constant):
+        return None
+    return fields
+
+
+def rewritten(rewriter, mod):
+    """The module of ``rewriter`` (a PyExprMutator made on ``mod``) with each Relax function
+    of ``mod`` visited by it."""
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()
+
+
 def constant_weight_calls(mod) -> set:
     """Names of the PrimFuncs that a Relax function of ``mod`` calls (``call_tir``) with two
     arguments, the second a constant: the matmuls whose weight ``prepack_constant_weights``
     can pack."""
     from tvm.relax.expr_functor import PyExprVisitor, visitor  # noqa: PLC0415
 
-    call_tir = tvm.ir.Op.get("relax.call_tir")
     names = set()
 
     @visitor
     class _Find(PyExprVisitor):
         def visit_call_(self, call):
             super().visit_call_(call)
-            if call.op.same_as(call_tir):
-                args = call.args[1]
-                fields = list(args.fields) if isinstance(args, tvm.ir.expr.Tuple) else []
-                if len(fields) == 2 and isinstance(fields[1], tvm.ir.expr.Constant):
-                    names.add(call.args[0].name_hint)
+            if _constant_weight(call) is not None:
+                names.add(call.args[0].name_hint)
 
     for _, func in mod.functions.items():
         if isinstance(func, relax.Function):
@@ -76,22 +93,17 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
 
     from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
 
-    call_tir = tvm.ir.Op.get("relax.call_tir")
     done = []
 
     @mutator
     class _Prepack(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not call.op.same_as(call_tir):
+            fields = _constant_weight(call)
+            gv = call.args[0] if fields is not None else None
+            if gv is None or gv.name_hint not in plain:
                 return call
-            gv, args = call.args[0], call.args[1]
-            entry = plain.get(gv.name_hint)
-            fields = list(args.fields) if isinstance(args, tvm.ir.expr.Tuple) else []
-            if entry is None or len(fields) != 2 or \
-                    not isinstance(fields[1], tvm.ir.expr.Constant):
-                return call
-            task, cfg = entry
+            task, cfg = plain[gv.name_hint]
             wl = task.workload
             if not prepackable(task.name, wl, cfg):
                 return call
@@ -104,11 +116,7 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
             return relax.call_tir(new_gv, relax.Tuple([fields[0], relax.const(packed)]),
                                   call.ty_args[0])
 
-    rewriter = _Prepack(mod)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get(), done
+    return rewritten(_Prepack(mod), mod), done
 
 
 def constants_on_huge_pages(mod):
@@ -134,8 +142,4 @@ def constants_on_huge_pages(mod):
             moved[value.data_ptr()] = relax.const(host_tensor(value.numpy()))
             return moved[value.data_ptr()]
 
-    rewriter = _Rehome(mod)
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get(), len(moved)
+    return rewritten(_Rehome(mod), mod), len(moved)
