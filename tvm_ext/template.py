@@ -56,6 +56,10 @@ def _epilogue_op(name, arg, dt, X):
     if name == "gelu":
         half, rsqrt2 = tirx.const(0.5, dt), tirx.const(1 / math.sqrt(2), dt)
         return lambda x, idx: x * (half + tirx.erf(x * rsqrt2) * half)
+    if name == "gelu_tanh":  # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+        half, c, c3 = (tirx.const(v, dt) for v in (0.5, math.sqrt(2 / math.pi),
+                                                   0.044715 * math.sqrt(2 / math.pi)))
+        return lambda x, idx: x * (half + tirx.tanh(x * (c + c3 * x * x)) * half)
     if name == "silu":
         return lambda x, idx: x * tirx.sigmoid(x)
     if name == "exp":

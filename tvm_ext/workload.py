@@ -254,10 +254,12 @@ def _matmul_from_args(op: str, args) -> Workload:
 # ---- epilogues: the elementwise ops a subgraph task computes after its matmul ----
 
 #: Ops of an epilogue, "+"-separated in order: bias (a vector of N added), residual (a tensor
-#: shaped as the output added), relu, gelu (erf form), silu, exp, scale:<float> (a constant
+#: shaped as the output added), relu, gelu (erf form), gelu_tanh (GPT-2's tanh form), silu,
+#: exp, scale:<float> (a constant
 #: factor), cast:<dtype>, requant:<scale> (int32 -> int8: scaled, rounded half to even,
 #: clipped to [-128, 127]).
-EPILOGUE_OPS = ("bias", "residual", "relu", "gelu", "silu", "exp", "scale", "cast", "requant")
+EPILOGUE_OPS = ("bias", "residual", "relu", "gelu", "gelu_tanh", "silu", "exp", "scale", "cast",
+                "requant")
 
 
 def parse_epilogue(text: str) -> List[Tuple[str, Optional[str]]]:
@@ -296,8 +298,8 @@ def epilogue_dtypes(text: str, out_dtype: str) -> List[str]:
                 if cur != "int32":
                     raise WorkloadError(f"epilogue requant needs an int32 accumulator, not {cur}")
                 cur = "int8"
-        elif name in ("relu", "gelu", "silu", "exp") and not cur.startswith(("float", "bf")) \
-                and name != "relu":
+        elif name in ("gelu", "gelu_tanh", "silu", "exp") and \
+                not cur.startswith(("float", "bf")):
             raise WorkloadError(f"epilogue {name} needs a float value, not {cur}")
     return out + [cur]
 

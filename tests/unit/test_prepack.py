@@ -108,9 +108,9 @@ def test_build_packs_a_constant_weight_once(n):
 
 def test_build_transposes_a_constant_weight_once_and_packs_it():
     """``nn.Linear`` as Relax writes it, matmul(x, permute_dims(W)) with W a constant of 97
-    rows: the matmul is a dense NT on W itself (``linear_as_nt``; FoldConstant would also
-    compute the transpose at build time) and W is prepacked; nothing but the prepacked kernel
-    runs."""
+    rows: the matmul is a dense NT on W itself (``matmuls_as_templates``; FoldConstant would
+    also compute the transpose at build time) and W is prepacked; nothing but the prepacked
+    kernel runs."""
     w = np.random.default_rng(3).standard_normal((97, 64)).astype("float32")
     bb = relax.BlockBuilder()
     x = relax.Var("x", R.Tensor((32, 64), "float32"))

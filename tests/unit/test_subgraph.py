@@ -74,6 +74,7 @@ def _run(task, cfg, wl):
     ("dense", (64, 96, 80), "NT", "bias+relu"),
     ("dense", (64, 96, 80), "NN", "bias+gelu"),
     ("dense", (64, 96, 80), "NN", "exp"),
+    ("dense", (64, 96, 80), "NT", "bias+gelu_tanh"),
     ("dense", (64, 96, 80), "TN", "silu+scale:0.25"),
     ("dense", (64, 96, 80), "NT", "bias+relu+cast:float16"),
     ("batch_matmul", (3, 48, 64, 40), "NT", "residual+gelu"),

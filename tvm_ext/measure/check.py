@@ -73,6 +73,8 @@ def apply_epilogue(wl: Workload, x: np.ndarray, extras: List[np.ndarray], n_idx=
             x = np.maximum(x, 0)
         elif name == "gelu":
             x = x * (0.5 + 0.5 * erf(x / sqrt(2)))
+        elif name == "gelu_tanh":
+            x = x * (0.5 + 0.5 * np.tanh(sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
         elif name == "silu":
             x = x / (1 + np.exp(-x))
         elif name == "exp":

@@ -19,7 +19,7 @@ from ..errors import TvmExtError
 from ..strategy import get_template
 from ..target import parse_target
 from ..workload import Workload
-from .legalize import legalize_as_strategy, linear_as_nt
+from .legalize import legalize_as_strategy, matmuls_as_templates, views_for
 from .match import match_family, match_fused, match_matmul
 from .prepack import (constant_weight_calls, constants_on_huge_pages, prepack_constant_weights,
                       prepack_template)
@@ -139,11 +139,12 @@ def _mark(new, old, template: str):
 
 
 def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
-          fuse_epilogue: bool = False, prepack: bool = True):
-    """LegalizeOps (on the CPU after ``linear_as_nt``: ``nn.Linear``'s matmul of a transposed
-    weight a dense NT on the weight; ``legalize_matmul`` for relax.matmul when ``strategy``),
-    our kernels for the matmuls (under the current ``apply_history_best``, if any), then
-    ``tvm.compile`` with TVM's pipeline for everything else (a CPU's TIR through
+          fuse_epilogue: bool = False, prepack: bool = True, views=None):
+    """LegalizeOps (after ``matmuls_as_templates`` where ``views_for(target, views)``: a
+    matmul that a template takes on views of its operands, ``nn.Linear``'s a dense NT on its
+    weight, [B, S, K] activations their rows; ``legalize_matmul`` for relax.matmul when
+    ``strategy``), our kernels for the matmuls (under the current ``apply_history_best``, if
+    any), then ``tvm.compile`` with TVM's pipeline for everything else (a CPU's TIR through
     ``codegen.cpu_pipeline``, as our kernels are measured). ``fuse_epilogue`` (implies
     ``strategy``) first fuses each matmul with the elementwise ops after it (TVM's FuseOps)
     and computes them in our kernel's write-back; such a function takes its subgraph task's
@@ -154,7 +155,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
-        mod = linear_as_nt(mod)  # nn.Linear: a dense NT on its weight, never transposed
+    if views_for(target, views):  # nn.Linear a dense NT on its weight, [B, S, K] its rows
+        mod = matmuls_as_templates(mod)
     epilogues = {}
     if fuse_epilogue:
         mod, epilogues = fuse(mod)
@@ -162,8 +164,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
         mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
     if target.kind.name == "llvm":
         # ops on constants alone computed here, not at every call (a transpose of a constant
-        # weight that ``linear_as_nt`` did not take): the matmul after them takes a constant,
-        # which prepacking packs
+        # weight that ``matmuls_as_templates`` did not take): the matmul after them takes a
+        # constant, which prepacking packs
         mod = _relax.transform.FoldConstant()(mod)
     weights = constant_weight_calls(mod) if prepack and target.kind.name == "llvm" else ()
     apply = ApplyTunedKernels(target, epilogues, weights)

@@ -10,7 +10,7 @@ from ..errors import TvmExtError
 from ..strategy import templates_for
 from ..target import parse_target
 from ..workload import Workload
-from .legalize import linear_as_nt
+from .legalize import matmuls_as_templates, views_for
 from .match import match_family, match_fused, match_matmul
 
 
@@ -29,17 +29,18 @@ def _call_counts(mod) -> Dict[str, int]:
     return counts
 
 
-def extract_tasks(mod, target=None, *, subgraphs: bool = False) -> List[Tuple[Workload, int]]:
+def extract_tasks(mod, target=None, *, subgraphs: bool = False,
+                  views=None) -> List[Tuple[Workload, int]]:
     """Every matmul workload of a model that a template covers on ``target``, with how many
     kernel calls compute it, most frequent (then largest) first. ``subgraphs``: the model as
     ``build(..., fuse_epilogue=True)`` runs it: each matmul fused with the elementwise ops
     after it is one subgraph task (``Workload.epilogue``; a fused function whose ops cannot be
-    named is its anchor matmul), and bare matmuls stay bare."""
+    named is its anchor matmul), and bare matmuls stay bare. ``views``: as ``build``'s."""
     from .subgraph import fuse  # noqa: PLC0415
     target = parse_target(target)
     epilogues = {}
-    if target.kind.name == "llvm":  # as ``build``: nn.Linear's matmul a dense NT on its weight
-        mod = linear_as_nt(mod)
+    if views_for(target, views):  # as ``build``: matmuls on views of their operands
+        mod = matmuls_as_templates(mod)
     if subgraphs:
         mod, epilogues = fuse(mod)
     else:

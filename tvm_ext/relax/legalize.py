@@ -40,49 +40,140 @@ def legalize_as_strategy(mod):
         "relax.matmul": legalize_matmul})(mod)
 
 
-def linear_as_nt(mod):
-    """``mod`` with each ``matmul(x, permute_dims(W))`` of a 2-D W (``nn.Linear`` as frontends
-    write it; the transpose's axes reversed) a call of our dense compute on W itself, layout NT
-    (``tvm_ext_matmul``; an x of more dims, [B, S, K], reshaped to its rows and the result
-    back), and the transposes no longer used removed. Legalized
-    as written, the model transposed W at every call (TVM's own transpose kernel) and its
-    matmul was a dense NN on the copy: records tuned for the layer (NT) did not apply, and
-    dense_swap.x86, which reads an [N, K] weight in place, never did. A CPU build's first
-    step (``build``, ``extract_tasks``); a CUDA build keeps the transpose (not measured)."""
+#: Target kinds whose builds (and task extraction) run ``matmuls_as_templates`` first unless
+#: told otherwise (``views=``): on the GPU too, where dlight scheduled such matmuls (a block
+#: of TVM's frontend on an H200: 0.62 ms by dlight, 0.55 on our fallback kernels in f32; 0.42
+#: and 0.15 in f16; ``python -m tvm_ext.bench.model --target cuda``, docs/BENCHMARKS.md).
+VIEW_TARGETS = ("llvm", "cuda")
+
+
+def views_for(target, views=None) -> bool:
+    """Whether a build for ``target`` runs ``matmuls_as_templates``: ``views`` where given, else
+    by its kind (``VIEW_TARGETS``)."""
+    return bool(views) if views is not None else target.kind.name in VIEW_TARGETS
+
+
+#: Elementwise ops that ``matmuls_as_templates`` computes on a flattened matmul's result
+#: before viewing it in the call's shape (so FuseOps finds them right after the matmul, as a
+#: fused epilogue): one operand, or two where the other is a scalar, a vector along the last
+#: axis (a bias) or of the result's shape (a residual, viewed flat too).
+_UNARY_OPS = ("nn.relu", "nn.gelu", "nn.gelu_tanh", "nn.silu", "exp", "sigmoid", "tanh",
+              "astype")
+_BINARY_OPS = ("add", "multiply", "subtract", "divide")
+
+
+def matmuls_as_templates(mod):
+    """``mod`` with each ``relax.matmul`` that a template covers only once its operands are
+    viewed otherwise a call of our matmul compute on those views (``tvm_ext_matmul``;
+    ``match.matmul_view``): a B that is ``permute_dims(W)`` swapping W's last two axes
+    (``nn.Linear``, attention's ``q @ k^T``) is W itself, layout NT, and the transposes no
+    longer used are removed; an A of [B, S, K] times a 2-D weight (a transformer's
+    activations, ``nn.Linear`` or a [K, N] weight as ONNX's MatMul stores it) is a dense of its
+    B * S rows; operands of equal leading axes ([B, H, S, D]) a batch_matmul of their product.
+    Views are reshapes (``vm.builtin.reshape``: nothing copied), the result viewed back after
+    the elementwise ops that follow it (``_UNARY_OPS``, ``_BINARY_OPS``: a fused epilogue).
+    Legalized as written, such a matmul was TVM's own unscheduled loop nest on the CPU (a [4,
+    128, 768] x [768, 3072] product 3.6 s against numpy's 9 ms) or a transpose of W at every
+    call before a dense NN (NT records never applied). The first step of ``build`` and
+    ``extract_tasks`` where ``views_for`` says so."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
-    matmul, permute = (tvm.ir.Op.get(f"relax.{op}") for op in ("matmul", "permute_dims"))
-    changed = []
+    ops = {name: tvm.ir.Op.get(f"relax.{name}") for name in
+           ("matmul", "permute_dims", "reshape") + _UNARY_OPS + _BINARY_OPS}
+    changed, flat = [], []  # flat: vars of our results before they are viewed back
+
+    def is_op(expr, name):
+        return isinstance(expr, _relax.Call) and expr.op.same_as(ops[name])
 
     @mutator
-    class _Linear(PyExprMutator):
+    class _Views(PyExprMutator):
+        def source(self, expr):
+            """The value ``expr`` is bound to (through aliases)."""
+            while isinstance(expr, _relax.Var):
+                value = self.lookup_binding(expr)
+                if value is None:
+                    return expr
+                expr = value
+            return expr
+
+        def weight(self, b):
+            """(the tensor B views, its layout): W of a permute_dims swapping W's last two
+            axes, else B."""
+            src = self.source(b)
+            if is_op(src, "permute_dims"):
+                ndim = len(_static_shape(src.args[0]) or ())
+                axes = src.attrs.axes
+                swap = list(range(ndim - 2)) + [ndim - 1, ndim - 2]
+                if ndim >= 2 and ([int(a) for a in axes] == swap if axes is not None
+                                  else ndim == 2):
+                    return src.args[0], "T"
+            return b, "N"
+
+        def viewed_back(self, expr):
+            """(our flat result, the shape it is viewed in) where ``expr`` is such a view."""
+            src = self.source(expr)
+            if is_op(src, "reshape") and any(src.args[0].same_as(v) for v in flat):
+                return src.args[0], _static_shape(src)
+            return None
+
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not call.op.same_as(matmul) or len(call.args) != 2:
-                return call
-            b = call.args[1]
-            src = self.lookup_binding(b) if isinstance(b, _relax.Var) else b
-            if not (isinstance(src, _relax.Call) and src.op.same_as(permute)):
-                return call
-            axes = src.attrs.axes
-            if axes is not None and [int(a) for a in axes] != [1, 0]:
-                return call
-            wl = workload_of_call(call, weight=src.args[0])
-            if wl is None:
-                return call
-            changed.append(wl)
-            x = call.args[0]
-            lead = _static_shape(x)[:-1]  # (static: workload_of_call took it)
-            if len(lead) > 1:  # [B, S, K]: its rows, then the result in x's leading dims
-                x = self.builder_.emit(_relax.op.reshape(x, [wl.M, wl.K]))
-            out = self.builder_.call_te(lambda a, w: matmul_compute(wl, a, w)[-1], x,
-                                        src.args[0], primfunc_name_hint="tvm_ext_matmul")
-            if len(lead) > 1:  # (a binding of its own: a view, not a copy, when built)
-                out = self.builder_.emit(_relax.op.reshape(self.builder_.emit(out),
-                                                           lead + [wl.N]))
-            return out
+            if is_op(call, "matmul") and len(call.args) == 2:
+                return self.matmul(call)
+            if any(is_op(call, name) for name in _UNARY_OPS + _BINARY_OPS):
+                return self.sunk(call)
+            return call
 
-    new = rewritten(_Linear(mod), mod)
+        def matmul(self, call):
+            a, (w, layout_b) = call.args[0], self.weight(call.args[1])
+            sa, sw = _static_shape(a), _static_shape(w)
+            wl = workload_of_call(call, weight=w, layout_b=layout_b)
+            if wl is None or (layout_b == "N" and len(sa) == len(sw) == len(wl.a_shape)):
+                return call  # as written: LegalizeOps takes it (or TVM's own, no template)
+            changed.append(wl)
+            if len(sa) != len(wl.a_shape):
+                a = self.builder_.emit(_relax.op.reshape(a, wl.a_shape))
+            if len(sw) != len(wl.b_shape):
+                w = self.builder_.emit(_relax.op.reshape(w, wl.b_shape))
+            out = self.builder_.call_te(lambda x, y: matmul_compute(wl, x, y)[-1], a, w,
+                                        primfunc_name_hint="tvm_ext_matmul")
+            shape = sa[:-1] + [wl.N] if len(sw) == 2 else sa[:-2] + [wl.M, wl.N]
+            if shape == list(wl.out_shape):
+                return out
+            out = self.builder_.emit(out)
+            flat.append(out)
+            # (a binding of its own: a view when built; as a block's output value, a copy)
+            return self.builder_.emit(_relax.op.reshape(out, shape))
+
+        def sunk(self, call):
+            """An elementwise op on a viewed-back result computed on the flat result, then
+            viewed back: one operand, or two where the other is a scalar, a bias [N], or of the
+            result's shape (a residual, viewed flat; or a second such result)."""
+            args = list(call.args)
+            found = {i: self.viewed_back(x) for i, x in enumerate(args)}
+            found = {i: v for i, v in found.items() if v is not None}
+            if not found or len(args) > 2 or len({tuple(v[1]) for v in found.values()}) > 1:
+                return call
+            src, shape = next(iter(found.values()))
+            new = [found[i][0] if i in found else x for i, x in enumerate(args)]
+            if len(args) == 2 and len(found) == 1:
+                j = 1 - next(iter(found))  # the other operand
+                so = _static_shape(args[j])
+                if so is None or so not in ([], [1], shape[-1:], shape):
+                    return call
+                if so == shape:  # a residual: viewed flat too
+                    new[j] = self.builder_.emit(_relax.op.reshape(args[j], _static_shape(src)))
+            if len(args) == 2 and any(is_op(call, name) for name in ("add", "multiply")):
+                # the newest matmul's result first: the chain FuseOps fuses and names
+                latest = max(found, key=lambda i: max(
+                    n for n, v in enumerate(flat) if v.same_as(found[i][0])))
+                new = new[::-1] if latest == 1 else new
+            out = self.builder_.emit(_relax.Call(call.op, new, call.attrs, call.ty_args))
+            flat.append(out)
+            # (a binding of its own: a view when built; as a block's output value, a copy)
+            return self.builder_.emit(_relax.op.reshape(out, shape))
+
+    new = rewritten(_Views(mod), mod)
     return _relax.transform.DeadCodeElimination()(new) if changed else mod
 
 

@@ -201,11 +201,12 @@ def _static_shape(expr) -> Optional[List[int]]:
         return None
 
 
-def workload_of_call(call, weight=None) -> Optional[Workload]:
-    """The Workload of an ``R.matmul`` call with static shapes that a template covers;
-    ``weight``: a 2-D weight W of which the call's B is ``permute_dims(W)`` (``nn.Linear``),
-    the dense workload of the call on W itself (layout NT), an A of more than two dims taken
-    as its rows (its leading dims flattened into M)."""
+def workload_of_call(call, weight=None, layout_b: str = "N") -> Optional[Workload]:
+    """The Workload of an ``R.matmul`` call with static shapes that a template covers.
+    Without ``weight``: its operands as written (a dense of 2-D ones, a batch_matmul of 3-D
+    ones with one batch). ``weight``: the tensor of which the call's B is a view (B itself,
+    or W of ``permute_dims(W)`` swapping its last two axes, ``layout_b`` "T"): the workload of
+    the call on it with leading axes flattened (``matmul_view``)."""
     a, b = call.args[0], call.args[1] if weight is None else weight
     sa, sb = _static_shape(a), _static_shape(b)
     if sa is None or sb is None:
@@ -213,16 +214,32 @@ def workload_of_call(call, weight=None) -> Optional[Workload]:
     dtype = str(_tensor_type(a).dtype)
     out_dtype = str(getattr(call.attrs, "out_dtype", "") or "")
     out_dtype = dtype if out_dtype in ("", "void") else out_dtype
+    if str(_tensor_type(b).dtype) != dtype:
+        return None
+    if weight is None and (len(sa) != len(sb) or len(sa) not in (2, 3) or
+                           (len(sa) == 3 and sa[0] != sb[0])):
+        return None  # as written: no view
+    return matmul_view(sa, sb, layout_b if weight is not None else "N", dtype, out_dtype)
+
+
+def matmul_view(sa, sb, layout_b: str, dtype: str, out_dtype: str) -> Optional[Workload]:
+    """The template workload of ``matmul(a, b)`` for static shapes ``sa``, ``sb`` (b stored
+    transposed in its last two axes when ``layout_b`` is "T") once leading axes are viewed
+    flat: a 2-D b takes every row of a (a dense of prod(sa[:-1]) rows: a transformer's [B, S,
+    K] activations times a weight), and a b of a's leading axes is a batch of their product
+    (attention's [B, H, S, D] products). None where the sizes disagree or a broadcasts."""
+    if len(sa) < 2 or len(sb) < 2:
+        return None
+    n, k = (sb[-2], sb[-1]) if layout_b == "T" else (sb[-1], sb[-2])
+    if sa[-1] != k:
+        return None
     try:
-        if weight is not None:
-            if len(sa) >= 2 and len(sb) == 2 and sa[-1] == sb[1]:
-                rows = math.prod(sa[:-1])
-                return Workload("dense", 1, rows, sb[0], sa[-1], dtype, out_dtype, "NT")
-            return None
-        if len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
-            return Workload("batch_matmul", sa[0], sa[1], sb[2], sa[2], dtype, out_dtype, "NN")
-        if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:
-            return Workload("dense", 1, sa[0], sb[1], sa[1], dtype, out_dtype, "NN")
+        if len(sb) == 2:
+            return Workload("dense", 1, math.prod(sa[:-1]), n, k, dtype, out_dtype,
+                            "N" + layout_b)
+        if len(sa) == len(sb) and sa[:-2] == sb[:-2]:
+            return Workload("batch_matmul", math.prod(sa[:-2]), sa[-2], n, k, dtype,
+                            out_dtype, "N" + layout_b)
     except TvmExtError:
         return None
     return None

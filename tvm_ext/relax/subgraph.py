@@ -19,7 +19,8 @@ from tvm import relax as _relax
 from .legalize import legalize_as_strategy
 from .match import _static_shape, _tensor_type, match_matmul
 
-_UNARY = {"relu": "relu", "gelu": "gelu", "silu": "silu", "exp": "exp", "tir_exp": "exp"}
+_UNARY = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "silu", "exp": "exp",
+          "tir_exp": "exp"}
 
 
 def fuse(mod) -> Tuple[object, Dict[str, str]]:

@@ -23,7 +23,7 @@ FAST_K = 20
 def tune_model(mod, target=None, *, trials: Optional[int] = None, log, tuner: str = "xgb",
                seed: int = 0, measurer=None, measure_options=None, min_trials: int = 8,
                callbacks=(), subgraphs: bool = False, fast: bool = False, k: int = FAST_K,
-               only=None):
+               only=None, views=None):
     """Tune every task of a model into one log. The budget is split by weight: a task's share
     is its call count times its flop count, and every task gets at least ``min_trials``. One
     measurer serves every task (``measurer``, or one made from ``measure_options``).
@@ -35,6 +35,7 @@ def tune_model(mod, target=None, *, trials: Optional[int] = None, log, tuner: st
     ``fast``: every task gets the proposer's top ``k`` configs, measured in one parallel batch
     per template (``tuner="topk"``, no split by weight; ``trials`` is not used): a good kernel
     per matmul in seconds. ``only``: the workload keys to tune (the others are left out).
+    ``views``: the tasks of ``build(..., views=views)`` (``extract_tasks``).
     Returns [(Workload, count, trials, TuneSummary)]."""
     target = parse_target(target)
     if fast:
@@ -43,7 +44,7 @@ def tune_model(mod, target=None, *, trials: Optional[int] = None, log, tuner: st
         tuner = "topk"
     elif trials is None or trials < 1:
         raise TvmExtError(f"tune_model needs trials >= 1 (or fast=True), got {trials!r}")
-    tasks = [(wl, n) for wl, n in extract_tasks(mod, target, subgraphs=subgraphs)
+    tasks = [(wl, n) for wl, n in extract_tasks(mod, target, subgraphs=subgraphs, views=views)
              if only is None or wl.key() in only]
     if not tasks:
         raise TvmExtError("the model has no matmul that a tvm_ext template covers")

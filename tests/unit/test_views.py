@@ -1,0 +1,210 @@
+"""Matmuls that a template takes on views of their operands (``relax.legalize.
+matmuls_as_templates``, CPU builds): a transformer's [B, S, K] activations times a 2-D weight
+as a dense of their rows, attention's [B, H, S, D] products as batch_matmuls of B * H, a
+``permute_dims`` of the last two axes read as an NT layout, and the elementwise ops after such
+a matmul computed before its result is viewed back (a fused epilogue)."""
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+import tvm_ext
+import tvm_ext.relax as tr
+from tvm_ext.relax.legalize import matmuls_as_templates
+from tvm_ext.relax.match import matmul_view
+from tvm_ext.target import host_cpu_target
+from tvm_ext.workload import Workload
+
+CPU = host_cpu_target()
+
+
+def _kernels(ex):
+    """The kernels (not the VM's builtins: reshapes as views among them) a built model calls."""
+    return [line.split()[1] for line in ex.as_text().splitlines()
+            if line.strip().startswith("call") and "vm.builtin" not in line]
+
+
+def _run(ex, *arrays):
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](*(tvm.runtime.tensor(a) for a in arrays)).numpy()
+
+
+def _function(params, body):
+    """A Relax module of one function: ``params`` {name: shape}, ``body(vars) -> expr``."""
+    bb = relax.BlockBuilder()
+    xs = [relax.Var(n, R.Tensor(s, "float32")) for n, s in params.items()]
+    with bb.function("main", xs):
+        with bb.dataflow():
+            out = bb.emit_output(body(*xs))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("sa, sb, layout_b, expected", [
+    ((2, 3, 8, 5), (7, 5), "T", ("dense", 1, 48, 7, 5, "NT")),
+    ((4, 6, 5), (5, 9), "N", ("dense", 1, 24, 9, 5, "NN")),
+    ((2, 3, 8, 5), (2, 3, 5, 4), "N", ("batch_matmul", 6, 8, 4, 5, "NN")),
+    ((2, 3, 8, 5), (2, 3, 4, 5), "T", ("batch_matmul", 6, 8, 4, 5, "NT")),
+    ((2, 3, 8, 5), (3, 5, 4), "N", None),        # a broadcast batch
+    ((2, 8, 5), (1, 5, 4), "N", None),           # likewise
+    ((4, 6, 5), (6, 9), "N", None),              # K disagrees
+    ((5,), (5, 9), "N", None),                   # a vector
+])
+def test_the_workload_of_a_matmul_on_views_of_its_operands(sa, sb, layout_b, expected):
+    wl = matmul_view(list(sa), list(sb), layout_b, "float32", "float32")
+    if expected is None:
+        assert wl is None
+    else:
+        op, batch, m, n, k, layout = expected
+        assert (wl.op, wl.batch, wl.M, wl.N, wl.K, wl.layout) == expected, wl
+        assert wl == Workload(op, batch, m, n, k, "float32", "float32", layout)
+
+
+def test_activations_of_a_batch_of_sequences_times_a_constant_weight():
+    """x [B, S, K] times a constant W [K, N] (ONNX's MatMul; a Relax matmul as written): one
+    dense NN of B * S rows on W, prepacked, x and the result reshaped as views (legalized as
+    written it was TVM's own unscheduled loops: a [4, 128, 768] x [768, 3072] product ran 3.6 s
+    against numpy's 9 ms, 2-core Zen 5); numpy's answer."""
+    B, S, K, N = 2, 16, 64, 97
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((K, N)).astype("float32")
+    mod = _function({"x": (B, S, K)}, lambda x: R.matmul(x, relax.const(w)))
+    wl = Workload.create("dense", (B * S, N, K), layout="NN")
+    assert tr.extract_tasks(mod, CPU) == [(wl, 1)]
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = tr.build(mod, CPU)
+    assert [c.workload for c in ctx.report.choices] == [wl]
+    assert _kernels(ex) == ["tvm_ext_matmul_prepacked"]  # no copy of x or of the result
+    x = rng.standard_normal((B, S, K)).astype("float32")
+    np.testing.assert_allclose(_run(ex, x), x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_the_ops_after_a_viewed_matmul_are_its_fused_epilogue():
+    """r + relu(x . W + bias) on [B, S, K] activations: the bias, ReLU and residual computed
+    on the matmul's rows (r viewed as rows too, the chain's operand put first), then viewed
+    back, so ``fuse_epilogue`` makes them one kernel with the subgraph task dense NN +
+    bias+relu+residual; both builds numpy's."""
+    B, S, K, N = 2, 16, 48, 80
+    rng = np.random.default_rng(1)
+    w, bias = rng.standard_normal((K, N)).astype("float32"), \
+        rng.standard_normal((N,)).astype("float32")
+    mod = _function({"x": (B, S, K), "r": (B, S, N)}, lambda x, r: R.add(
+        r, R.nn.relu(R.add(R.matmul(x, relax.const(w)), relax.const(bias)))))
+    wl = Workload.create("dense", (B * S, N, K), layout="NN")
+    assert tr.extract_tasks(mod, CPU, subgraphs=True) == \
+        [(wl.with_(epilogue="bias+relu+residual"), 1)]
+    x, r = rng.standard_normal((B, S, K)).astype("float32"), \
+        rng.standard_normal((B, S, N)).astype("float32")
+    expected = np.maximum(x @ w + bias, 0) + r
+    for fuse in (False, True):
+        with tvm_ext.apply_history_best([]) as ctx:
+            ex = tr.build(mod, CPU, fuse_epilogue=fuse)
+        assert [c.workload for c in ctx.report.choices] == \
+            [wl.with_(epilogue="bias+relu+residual") if fuse else wl]
+        if fuse:  # one kernel (then the function's result copied out of the view: a reshape)
+            assert [k for k in _kernels(ex) if not k.startswith("reshape")] == \
+                ["fused_tvm_ext_matmul_add_relu_add1"]
+        np.testing.assert_allclose(_run(ex, x, r), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_products_are_batch_matmuls_of_their_heads():
+    """softmax(q . k^T * c + mask) . v on [B, H, S, D]: two batch_matmuls of B * H heads, the
+    first NT on k itself (no transpose of k), its scale and mask its epilogue; numpy's answer
+    with and without fusion."""
+    B, H, S, D = 2, 3, 16, 8
+    shapes = {"q": (B, H, S, D), "k": (B, H, S, D), "v": (B, H, S, D), "mask": (B, H, S, S)}
+
+    def attention(q, k, v, mask):
+        s = R.multiply(R.matmul(q, R.permute_dims(k, [0, 1, 3, 2])), R.const(0.25, "float32"))
+        return R.matmul(R.nn.softmax(R.add(s, mask), axis=-1), v)
+
+    mod = _function(shapes, attention)
+    scores = Workload.create("batch_matmul", (B * H, S, S, D), layout="NT")
+    mix = Workload.create("batch_matmul", (B * H, S, D, S), layout="NN")
+    assert set(tr.extract_tasks(mod, CPU)) == {(scores, 1), (mix, 1)}
+    assert set(tr.extract_tasks(mod, CPU, subgraphs=True)) == \
+        {(scores.with_(epilogue="scale:0.25+residual"), 1), (mix, 1)}
+    rng = np.random.default_rng(2)
+    q, k, v, mask = (rng.standard_normal(s).astype("float32") for s in shapes.values())
+    s = q @ np.swapaxes(k, -1, -2) * 0.25 + mask
+    p = np.exp(s - s.max(-1, keepdims=True))
+    expected = p / p.sum(-1, keepdims=True) @ v
+    for fuse in (False, True):
+        with tvm_ext.apply_history_best([]):
+            ex = tr.build(mod, CPU, fuse_epilogue=fuse)
+        assert not [kern for kern in _kernels(ex) if "transpose" in kern]
+        np.testing.assert_allclose(_run(ex, q, k, v, mask), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_transposed_batch_is_read_in_place():
+    """matmul(a, permute_dims(b, [0, 2, 1])) on 3-D operands: a batch_matmul NT on b itself
+    (before: TVM's transpose of b at every call, then an NN product)."""
+    Bt, M, N, K = 3, 16, 24, 8
+    mod = _function({"a": (Bt, M, K), "b": (Bt, N, K)},
+                    lambda a, b: R.matmul(a, R.permute_dims(b, [0, 2, 1])))
+    assert tr.extract_tasks(mod, CPU) == \
+        [(Workload.create("batch_matmul", (Bt, M, N, K), layout="NT"), 1)]
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(mod, CPU)
+    assert _kernels(ex) == ["tvm_ext_matmul"]
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((Bt, M, K)).astype("float32"), \
+        rng.standard_normal((Bt, N, K)).astype("float32")
+    np.testing.assert_allclose(_run(ex, a, b), a @ np.swapaxes(b, 1, 2), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["broadcast batch", "other axes", "as written"])
+def test_matmuls_no_view_serves_are_left_as_written(case):
+    """A broadcast batch, a permute_dims of other axes, and matmuls LegalizeOps already takes
+    as written: the module unchanged; the build still numpy's answer."""
+    rng = np.random.default_rng(4)
+    if case == "broadcast batch":
+        shapes = {"a": (2, 3, 8, 5), "b": (3, 5, 4)}
+        mod = _function(shapes, R.matmul)
+        ref = np.matmul
+    elif case == "other axes":
+        shapes = {"a": (3, 8, 5), "b": (5, 3, 4)}
+        mod = _function(shapes, lambda a, b: R.matmul(a, R.permute_dims(b, [1, 0, 2])))
+        ref = lambda a, b: a @ np.transpose(b, (1, 0, 2))  # noqa: E731
+    else:
+        shapes = {"a": (3, 8, 5), "b": (3, 5, 4)}
+        mod = _function(shapes, R.matmul)
+        ref = np.matmul
+    assert matmuls_as_templates(mod) is mod
+    arrays = [rng.standard_normal(s).astype("float32") for s in shapes.values()]
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(mod, CPU)
+    np.testing.assert_allclose(_run(ex, *arrays), ref(*arrays), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("onnx", [False, True])
+def test_a_transformer_block_of_tvms_frontend(onnx):
+    """``bench.model``'s block (``tvm.relax.frontend.nn``: projections, attention on heads, a
+    GELU MLP, residuals first in their adds; ``onnx``: weights stored [K, N]): every matmul one
+    of our kernels (six denses on the rows, two batch_matmuls of the heads), built plain and
+    fused (the elementwise ops after each matmul its epilogue), numpy's answer."""
+    from tvm_ext.bench.model import block_module, numpy_block
+    B, S, D, H = 2, 24, 64, 4
+    mod, w = block_module(B, S, D, H, onnx)
+    layout = "NN" if onnx else "NT"
+    assert set(tr.extract_tasks(mod, CPU)) == {
+        (Workload.create("dense", (B * S, D, D), layout=layout), 4),
+        (Workload.create("dense", (B * S, 4 * D, D), layout=layout), 1),
+        (Workload.create("dense", (B * S, D, 4 * D), layout=layout), 1),
+        (Workload.create("batch_matmul", (B * H, S, S, D // H), layout="NT"), 1),
+        (Workload.create("batch_matmul", (B * H, S, D // H, S), layout="NN"), 1)}
+    x = np.random.default_rng(5).standard_normal((B, S, D)).astype("float32")
+    want = numpy_block(x, w, H, onnx)
+    for fuse in (False, True):
+        with tvm_ext.apply_history_best([]) as ctx:
+            ex = tr.build(mod, CPU, fuse_epilogue=fuse)
+        ours = [k for k in _kernels(ex) if "tvm_ext_matmul" in k]
+        assert len(ours) == 8 and not [k for k in _kernels(ex) if "matmul" in k and
+                                       k not in ours]
+        if fuse:  # every projection's bias, the MLP's GELU and the residuals in its kernel
+            assert sorted(c.workload.epilogue for c in ctx.report.choices) == \
+                ["", "bias", "bias+gelu_tanh", "bias+residual", "bias+residual", "scale:0.25"]
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        got = vm["forward"](tvm.runtime.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
