@@ -20,6 +20,7 @@ from ..strategy import get_template
 from ..target import parse_target
 from ..workload import Workload
 from .legalize import legalize_as_strategy, matmuls_as_templates, views_for
+from .rest import relax_pipeline as rest_pipeline
 from .match import match_family, match_fused, match_matmul
 from .prepack import (constant_weight_calls, constants_on_huge_pages, prepack_constant_weights,
                       prepack_template)
@@ -144,8 +145,10 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     matmul that a template takes on views of its operands, ``nn.Linear``'s a dense NT on its
     weight, [B, S, K] activations their rows; ``legalize_matmul`` for relax.matmul when
     ``strategy``), our kernels for the matmuls (under the current ``apply_history_best``, if
-    any), then ``tvm.compile`` with TVM's pipeline for everything else (a CPU's TIR through
-    ``codegen.cpu_pipeline``, as our kernels are measured). ``fuse_epilogue`` (implies
+    any), then ``tvm.compile`` with TVM's pipeline for everything else (on a CPU, "default" is
+    ``rest.relax_pipeline``: TVM's, its other kernels scheduled with dlight's CPU rules and
+    ``rest.Injective``, not left serial; its TIR through ``codegen.cpu_pipeline``, as our
+    kernels are measured). ``fuse_epilogue`` (implies
     ``strategy``) first fuses each matmul with the elementwise ops after it (TVM's FuseOps)
     and computes them in our kernel's write-back; such a function takes its subgraph task's
     record (``subgraph``), else its anchor matmul's (marked so in the report), else the
@@ -179,6 +182,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
         config.update(get_template(name).pass_config)
     # The model's kernels are compiled as ``Task.build`` compiles them for the tuner (on a
     # CPU: register tiles on the stack, tasks of non-temporal stores fenced).
+    if target.kind.name == "llvm" and relax_pipeline == "default":
+        relax_pipeline = rest_pipeline(target)
     with pass_options(config):
         return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline,
                            tir_pipeline=tir_pipeline(target))
