@@ -40,3 +40,30 @@ def test_fused_f16_function_on_the_wgmma_kernel_on_gpu():
     f32 = [x.astype("float32") for x in xs]
     expect = np.maximum((f32[0] @ f32[1]).astype("float16").astype("float32") + f32[2], 0)
     np.testing.assert_allclose(got.astype("float32"), expect, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, onnx", [("float32", False), ("float16", False),
+                                         ("float16", True)])
+def test_a_transformer_block_of_tvms_frontend_on_gpu(dtype, onnx):
+    """``bench.model``'s block on the GPU: its matmuls on views (rows of [B, S, K] activations,
+    batches of heads) are our kernels, built plain and fused; numpy's answer."""
+    import numpy as np
+    from tvm import relax
+    import tvm_ext
+    import tvm_ext.relax as tr
+    from tvm_ext.bench.model import block_module, numpy_block
+    from tvm_ext.target import default_target
+    B, S, D, H = 2, 64, 128, 4
+    mod, w = block_module(B, S, D, H, onnx, dtype)
+    x = np.random.default_rng(6).standard_normal((B, S, D)).astype(dtype)
+    want = numpy_block(x.astype("float32"), {k: v.astype("float32") for k, v in w.items()}, H,
+                       onnx)
+    dev = tvm.cuda(0)
+    for fuse in (False, True):
+        with tvm_ext.apply_history_best([]) as ctx:
+            ex = tr.build(mod, default_target(), fuse_epilogue=fuse)
+        assert len({c.workload.anchor for c in ctx.report.choices}) == 5
+        got = relax.VirtualMachine(ex, dev)["forward"](tvm.runtime.tensor(x, dev)).numpy()
+        tol = 2e-3 if dtype == "float32" else 3e-2
+        np.testing.assert_allclose(got.astype("float32"), want, rtol=tol, atol=tol)

@@ -1,0 +1,198 @@
+"""A transformer block as TVM's frontend writes it: ``python -m tvm_ext.bench.model``.
+
+``tvm.relax.frontend.nn``: four projections with bias (``nn.Linear``: matmul(x, permute_dims(W)),
+or with ``--onnx`` a weight stored [K, N] times x, as ONNX's MatMul keeps it), attention on
+[B, H, S, D/H] (softmax(q k^T / sqrt(D/H)) v), a GELU (tanh) MLP of 4D and two residual adds;
+no layer norms. Its weights are constants of the model (``BindParams``, as a deployed model has
+them); its input [B, S, D] activations. Built by TVM's own pipeline (``tvm.compile``: on the
+CPU its matmuls are loop nests nobody scheduled) and by ``tvm_ext.relax.build`` under ``--log``
+(``--fuse``: also with ``fuse_epilogue``; ``--tune N``: the model's tasks first tuned into the
+log by ``tune_model``, N trials in all), each checked against numpy's same math. Ours and
+numpy's are sampled in turn (``cpu._in_turn``); TVM's own build, seconds a call, is sampled
+``--tvm-repeat`` times alone (0: not built).
+
+    python -m tvm_ext.bench.model [--batch 4] [--seq 128] [--dim 768] [--heads 12] [--onnx]
+        [--dtype float32|float16] [--target llvm|cuda] [--repeat 7] [--tvm-repeat 1] [--log L]
+        [--tune N | --fast] [--fuse]
+
+``--target cuda``: the same block on the GPU, TVM's own build (dlight schedules it) against ours
+with the matmuls on views (``build(..., views=True)``), in turn; numpy only checks.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+
+import numpy as np
+
+
+def block_module(batch: int, seq: int, dim: int, heads: int, onnx: bool = False,
+                 dtype: str = "float32"):
+    """(the Relax module of the block, its named weights {name: numpy array}), the weights
+    bound into the module as constants."""
+    from tvm import relax  # noqa: PLC0415
+    from tvm.relax.frontend import nn  # noqa: PLC0415
+    from tvm.relax.frontend.nn import op  # noqa: PLC0415
+
+    class KN(nn.Module):  # ONNX's MatMul + Add: the weight stored [K, N]
+        def __init__(self, k, n):
+            self.weight = nn.Parameter((k, n), dtype)
+            self.bias = nn.Parameter((n,), dtype)
+
+        def forward(self, x):
+            return op.matmul(x, self.weight) + self.bias
+
+    def linear(k, n):
+        return KN(k, n) if onnx else nn.Linear(k, n, dtype=dtype)
+
+    hd = dim // heads
+
+    class Block(nn.Module):
+        def __init__(self):
+            self.q, self.k, self.v, self.o = (linear(dim, dim) for _ in range(4))
+            self.up, self.down = linear(dim, 4 * dim), linear(4 * dim, dim)
+
+        def forward(self, x):
+            def split(t):
+                return op.permute_dims(op.reshape(t, [batch, seq, heads, hd]), [0, 2, 1, 3])
+            q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+            s = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / hd ** 0.5)
+            a = op.matmul(op.softmax(s, axis=-1), v)
+            h = x + self.o(op.reshape(op.permute_dims(a, [0, 2, 1, 3]), [batch, seq, dim]))
+            return h + self.down(op.gelu(self.up(h), approximate="tanh"))
+
+    mod, params = Block().export_tvm(
+        spec={"forward": {"x": nn.spec.Tensor([batch, seq, dim], dtype)}})
+    rng = np.random.default_rng(0)
+    weights = {name: (rng.standard_normal([int(d) for d in p.shape]) /
+                      np.sqrt(p.shape[0] if "bias" not in name else 1) * 0.5).astype(dtype)
+               for name, p in params}
+    mod = relax.transform.BindParams("forward", weights)(mod)
+    return mod, weights
+
+
+def numpy_block(x, w, heads: int, onnx: bool = False):
+    """The block's math in numpy (``w``: ``block_module``'s weights), the heads made
+    contiguous (on a transposed view np.matmul of 4-D operands takes no BLAS path: 4x
+    slower)."""
+    batch, seq, dim = x.shape
+    hd = dim // heads
+
+    def linear(name, t):
+        weight = w[f"{name}.weight"]
+        return t @ (weight if onnx else weight.T) + w[f"{name}.bias"]
+
+    def split(t):
+        return np.ascontiguousarray(t.reshape(batch, seq, heads, hd).transpose(0, 2, 1, 3))
+    q, k, v = (split(linear(n, x)) for n in "qkv")
+    s = q @ np.ascontiguousarray(k.transpose(0, 1, 3, 2)) * np.float32(1.0 / hd ** 0.5)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    a = (p / p.sum(-1, keepdims=True)) @ v
+    h = x + linear("o", a.transpose(0, 2, 1, 3).reshape(batch, seq, dim))
+    u = linear("up", h)
+    g = u * u  # GELU (tanh) in place, u ** 3 never taken (numpy's float32 power: 90x slower)
+    g *= np.float32(0.044715)
+    g += 1
+    g *= u * np.float32(np.sqrt(2 / np.pi))
+    np.tanh(g, out=g)
+    g += 1
+    g *= u * np.float32(0.5)
+    return h + linear("down", g)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tvm_ext.bench.model", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--dim", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--onnx", action="store_true", help="weights stored [K, N], as ONNX's MatMul")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16"))
+    p.add_argument("--target", default="llvm", help="llvm (the host's CPU) or cuda")
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--tvm-repeat", type=int, default=1,
+                   help="CPU: samples of TVM's own build, alone (0: not built)")
+    p.add_argument("--log", help="default: the shipped log of the target's kind")
+    p.add_argument("--tune", type=int, default=0, metavar="N",
+                   help="tune the model's tasks into --log first (N trials in all)")
+    p.add_argument("--fast", action="store_true",
+                   help="tune the model's tasks (and with --fuse its subgraphs) fast first")
+    p.add_argument("--fuse", action="store_true", help="also build with fuse_epilogue")
+    args = p.parse_args(argv)
+    from ..errors import TvmExtError  # noqa: PLC0415
+    if args.dim % args.heads or min(args.batch, args.seq, args.dim, args.repeat) < 1:
+        raise TvmExtError(f"--dim ({args.dim}) must be a multiple of --heads ({args.heads}), "
+                          "--batch, --seq and --repeat at least 1")
+    if args.target not in ("llvm", "cuda"):
+        raise TvmExtError(f"--target {args.target!r}: llvm or cuda")
+
+    import tvm  # noqa: PLC0415
+    from tvm import relax  # noqa: PLC0415
+
+    from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..dispatch import apply_history_best  # noqa: PLC0415
+    from ..host_memory import host_tensor  # noqa: PLC0415
+    from ..relax import build, extract_tasks, tune_model  # noqa: PLC0415
+    from ..target import default_target, host_cpu_target  # noqa: PLC0415
+    from .common import median_best  # noqa: PLC0415
+    from .cpu import _in_turn  # noqa: PLC0415
+    cpu = args.target == "llvm"
+    target = host_cpu_target() if cpu else default_target()
+    if not cpu and target.kind.name != "cuda":
+        raise TvmExtError("--target cuda: no CUDA GPU is visible")
+    log = args.log or ("logs/llvm_x86.json" if cpu else "logs/cuda_sm90.json")
+    dev = tvm.cpu() if cpu else tvm.cuda(0)
+    mod, w = block_module(args.batch, args.seq, args.dim, args.heads, args.onnx, args.dtype)
+    x = np.random.default_rng(1).standard_normal(
+        (args.batch, args.seq, args.dim)).astype(args.dtype)
+    w32 = {k: v.astype("float32") for k, v in w.items()}
+    want = numpy_block(x.astype("float32"), w32, args.heads, args.onnx)
+    tol = 2e-3 if args.dtype == "float32" else 3e-2
+    print(f"block B={args.batch} S={args.seq} D={args.dim} H={args.heads} {args.dtype} "
+          f"({'weights [K, N], ONNX' if args.onnx else 'nn.Linear'}) on {target}"
+          + (f", {use_host_cores()} threads" if cpu else "") + "; its matmul tasks:")
+    for wl, n in extract_tasks(mod, target, views=True):
+        print(f"  {wl} x{n}")
+    for subgraphs in (False, True) if args.fuse else (False,):
+        if args.tune or args.fast:
+            tune_model(mod, target, trials=args.tune or None, fast=args.fast, log=log,
+                       subgraphs=subgraphs, views=True)
+    arg = host_tensor(x) if cpu else tvm.runtime.tensor(x, dev)
+
+    def made(ex):
+        main = relax.VirtualMachine(ex, dev)["forward"]
+        np.testing.assert_allclose(main(arg).numpy().astype("float32"), want, rtol=tol,
+                                   atol=tol)
+
+        def call():
+            main(arg)
+            dev.sync()
+        return call
+
+    calls = {"numpy": functools.partial(numpy_block, x, w, args.heads, args.onnx)} if cpu \
+        else {"TVM's own build (tvm.compile: dlight)": made(tvm.compile(mod, target=target))}
+    for fuse in (False, True) if args.fuse else (False,):
+        with apply_history_best([log]) as ctx:
+            ex = build(mod, target, fuse_epilogue=fuse, views=True)
+        print(ctx.report)
+        calls["tvm_ext" + (", fused epilogues" if fuse else "")] = made(ex)
+    rows = {k: median_best(v, 1e3) for k, v in _in_turn(calls, args.repeat).items()}
+    if cpu and args.tvm_repeat:
+        own = made(tvm.compile(mod, target=target))
+        samples = []
+        for _ in range(args.tvm_repeat):
+            t0 = time.perf_counter()
+            own()
+            samples.append(time.perf_counter() - t0)
+        rows["TVM's own build (tvm.compile), alone"] = median_best(samples, 1e3)
+    first = next(iter(rows))
+    for name, (med, best) in rows.items():
+        print(f"{name:<40} {med:10.3f} ms (best {best:.3f})   {first.split(' (')[0]} / it "
+              f"{rows[first][0] / med:7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
