@@ -1,7 +1,7 @@
 """A CPU model's other kernels (the ops around its matmuls), scheduled as TVM's GPU pipeline
 schedules them with dlight. TVM's default CPU pipeline compiles them as written: serial loop
-nests on one core (the softmax, the transposes of attention's heads, a GELU, the residual adds:
-10 of the 25 ms of a transformer block on a 2-core Zen 5, ``python -m tvm_ext.bench.model``).
+nests on one core (in ``python -m tvm_ext.bench.model``'s transformer block: the softmax, the
+transposes of attention's heads, a GELU, the residual adds).
 
 ``relax_pipeline(target)`` is the pipeline ``tvm.compile`` runs by default with one step once
 the dataflow is lowered: ``dlight.ApplyDefaultSchedule`` with TVM's CPU rules (``Reduction``:
