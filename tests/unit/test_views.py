@@ -207,3 +207,29 @@ def test_a_transformer_block_of_tvms_frontend(onnx):
         vm = relax.VirtualMachine(ex, tvm.cpu())
         got = vm["forward"](tvm.runtime.tensor(x)).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_two_results_viewed_alike_but_flat_otherwise_are_added_as_viewed():
+    """x [2, 3, 8, 5] . W [5, 4] (a dense of 48 rows) plus a . b of [2, 3, 8, 4] (a batch of 6):
+    both viewed [2, 3, 8, 4] but flat [48, 4] and [6, 8, 4]; their sum stays on the views."""
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((5, 4)).astype("float32")
+    shapes = {"x": (2, 3, 8, 5), "a": (2, 3, 8, 5), "b": (2, 3, 5, 4)}
+    mod = _function(shapes, lambda x, a, b: R.add(R.matmul(x, relax.const(w)), R.matmul(a, b)))
+    x, a, b = (rng.standard_normal(s).astype("float32") for s in shapes.values())
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(mod, CPU)
+    np.testing.assert_allclose(_run(ex, x, a, b), x @ w + a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--dim", "100", "--heads", "12"], "multiple of --heads"),
+    (["--dtype", "float16"], "--target cuda"),
+    (["--tune", "8"], "--log of your own"),
+    (["--target", "rocm"], "llvm or cuda"),
+])
+def test_the_block_bench_refuses_bad_input_before_building(argv, says):
+    from tvm_ext.bench.model import main
+    from tvm_ext.errors import TvmExtError
+    with pytest.raises(TvmExtError, match=says):
+        main(argv)

@@ -127,6 +127,12 @@ def main(argv=None) -> int:
                           "--batch, --seq and --repeat at least 1")
     if args.target not in ("llvm", "cuda"):
         raise TvmExtError(f"--target {args.target!r}: llvm or cuda")
+    if args.dtype != "float32" and args.target == "llvm":
+        raise TvmExtError(f"--dtype {args.dtype} is for --target cuda (the CPU templates are "
+                          "float32)")
+    if (args.tune or args.fast) and not args.log:
+        raise TvmExtError("--tune / --fast write records: name a --log of your own (the "
+                          "shipped logs stay as they are)")
 
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
@@ -195,4 +201,11 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    import sys
+
+    from ..errors import TvmExtError
+    try:
+        raise SystemExit(main())
+    except TvmExtError as err:  # bad input: one line, before anything is built
+        sys.stderr.write(f"python -m tvm_ext.bench.model: error: {err}\n")
+        raise SystemExit(2) from None

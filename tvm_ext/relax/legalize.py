@@ -153,8 +153,9 @@ def matmuls_as_templates(mod):
             args = list(call.args)
             found = {i: self.viewed_back(x) for i, x in enumerate(args)}
             found = {i: v for i, v in found.items() if v is not None}
-            if not found or len(args) > 2 or len({tuple(v[1]) for v in found.values()}) > 1:
-                return call
+            if not found or len(args) > 2 or len({tuple(v[1]) for v in found.values()}) > 1 or \
+                    len({tuple(_static_shape(v[0])) for v in found.values()}) > 1:
+                return call  # (two results of one view shape may be flat in two ways)
             src, shape = next(iter(found.values()))
             new = [found[i][0] if i in found else x for i, x in enumerate(args)]
             if len(args) == 2 and len(found) == 1:
