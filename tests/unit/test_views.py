@@ -233,3 +233,19 @@ def test_the_block_bench_refuses_bad_input_before_building(argv, says):
     from tvm_ext.errors import TvmExtError
     with pytest.raises(TvmExtError, match=says):
         main(argv)
+
+
+def test_a_residual_written_first_still_fuses_as_the_matmuls_epilogue():
+    """x + relu(x . W) on 2-D operands (a residual as transformers write it, the matmul's
+    result second): the add takes the result first, so the fused kernel's task is dense NN +
+    relu+residual; numpy's answer."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((48, 48)).astype("float32")
+    mod = _function({"x": (32, 48)}, lambda x: R.add(x, R.nn.relu(R.matmul(x, relax.const(w)))))
+    wl = Workload.create("dense", (32, 48, 48), layout="NN", epilogue="relu+residual")
+    assert tr.extract_tasks(mod, CPU, subgraphs=True) == [(wl, 1)]
+    x = rng.standard_normal((32, 48)).astype("float32")
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = tr.build(mod, CPU, fuse_epilogue=True)
+    assert [c.workload for c in ctx.report.choices] == [wl]
+    np.testing.assert_allclose(_run(ex, x), x + np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
