@@ -249,3 +249,22 @@ def test_a_residual_written_first_still_fuses_as_the_matmuls_epilogue():
         ex = tr.build(mod, CPU, fuse_epilogue=True)
     assert [c.workload for c in ctx.report.choices] == [wl]
     np.testing.assert_allclose(_run(ex, x), x + np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_of_two_matmul_chains_the_one_used_only_here_takes_the_add():
+    """h = x + relu(x . W1); out = h + h . W2 (a transformer's second residual): h is used
+    twice, so the add joins the second matmul's chain (h first would leave it unfused)."""
+    rng = np.random.default_rng(8)
+    w1, w2 = (rng.standard_normal((48, 48)).astype("float32") for _ in range(2))
+
+    def block(x):
+        h = R.add(x, R.nn.relu(R.matmul(x, relax.const(w1))))
+        return R.add(h, R.matmul(h, relax.const(w2)))
+    mod = _function({"x": (32, 48)}, block)
+    assert {wl.epilogue for wl, _ in tr.extract_tasks(mod, CPU, subgraphs=True)} == \
+        {"relu+residual", "residual"}
+    x = rng.standard_normal((32, 48)).astype("float32")
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(mod, CPU, fuse_epilogue=True)
+    h = x + np.maximum(x @ w1, 0)
+    np.testing.assert_allclose(_run(ex, x), h + h @ w2, rtol=1e-4, atol=1e-4)

@@ -81,6 +81,7 @@ def matmuls_as_templates(mod):
     ``extract_tasks`` where ``views_for`` says so."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
+    uses = _uses(mod)
     ops = {name: tvm.ir.Op.get(f"relax.{name}") for name in
            ("matmul", "permute_dims", "reshape") + _UNARY_OPS + _BINARY_OPS}
     changed, flat = [], []  # flat: vars of our results before they are viewed back
@@ -169,10 +170,14 @@ def matmuls_as_templates(mod):
             found = {i: self.viewed_back(x) for i, x in enumerate(args)}
             found = {i: v for i, v in found.items() if v is not None}
             commutes = len(args) == 2 and (is_op(call, "add") or is_op(call, "multiply"))
-            if not found and commutes and self.from_matmul(args[1]) and \
-                    not self.from_matmul(args[0]):
-                changed.append(call)  # x + a matmul's result: that result first, the chain
-                return _relax.Call(call.op, args[::-1], call.attrs, call.ty_args)  # FuseOps names
+            if not found and commutes and self.from_matmul(args[1]) and (
+                    not self.from_matmul(args[0]) or
+                    (uses[getattr(args[0], "name", "")] > 1 and
+                     uses[getattr(args[1], "name", "")] == 1)):
+                # x + a matmul's result (or a chain used elsewhere too + one used only here):
+                # that result first, the chain FuseOps fuses and names
+                changed.append(call)
+                return _relax.Call(call.op, args[::-1], call.attrs, call.ty_args)
             if not found or len(args) > 2 or len({tuple(v[1]) for v in found.values()}) > 1 or \
                     len({tuple(_static_shape(v[0])) for v in found.values()}) > 1:
                 return call  # (two results of one view shape may be flat in two ways)
@@ -196,6 +201,28 @@ def matmuls_as_templates(mod):
 
     new = rewritten(_Views(mod), mod)
     return _relax.transform.DeadCodeElimination()(new) if changed else mod
+
+
+def _uses(mod):
+    """{var name: how often the Relax functions of ``mod`` use it} (a var of several uses is
+    no fusion's sole producer)."""
+    from collections import Counter  # noqa: PLC0415
+
+    from tvm.relax.expr_functor import PyExprVisitor, visitor  # noqa: PLC0415
+    count = Counter()
+
+    @visitor
+    class _Count(PyExprVisitor):
+        def visit_var_(self, var):
+            count[var.name] += 1
+
+        def visit_dataflow_var_(self, var):
+            count[var.name] += 1
+
+    for _, func in mod.functions.items():
+        if isinstance(func, _relax.Function):
+            _Count().visit_expr(func)
+    return count
 
 
 def register_strategy():
