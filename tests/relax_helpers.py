@@ -7,6 +7,13 @@ import tvm_ext
 import tvm_ext.relax as tr
 
 
+def kernels_called(ex):
+    """The kernels (not the VM's builtins: reshapes as views among them) a built model's VM
+    calls, in order."""
+    return [line.split()[1] for line in ex.as_text().splitlines()
+            if line.strip().startswith("call") and "vm.builtin" not in line]
+
+
 def bias_relu_model(x_shape=(4, 64, 32), w_shape=(4, 32, 48), dtype="float32"):
     """relu(x @ w + bias) as a Relax module."""
     from tvm.script import relax as R

@@ -19,6 +19,7 @@ from tvm_ext.relax.prepack import constant_weight_calls, prepack_constant_weight
 from tvm_ext.target import host_cpu_target
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
+from relax_helpers import kernels_called
 
 CPU = host_cpu_target()
 
@@ -120,9 +121,7 @@ def test_build_transposes_a_constant_weight_once_and_packs_it():
         bb.emit_func_output(out)
     with tvm_ext.apply_history_best([]):
         ex = tr.build(bb.get(), CPU, strategy=True)
-    calls = [line.split()[1] for line in ex.as_text().splitlines() if line.strip().startswith(
-        "call") and "vm.builtin" not in line]
-    assert calls == ["tvm_ext_matmul_prepacked"]
+    assert kernels_called(ex) == ["tvm_ext_matmul_prepacked"]
     xs = np.random.default_rng(4).standard_normal((32, 64)).astype("float32")
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(xs)).numpy()
     np.testing.assert_allclose(got, xs @ w.T, rtol=1e-4, atol=1e-4)

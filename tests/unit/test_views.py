@@ -15,14 +15,9 @@ from tvm_ext.relax.legalize import matmuls_as_templates
 from tvm_ext.relax.match import matmul_view
 from tvm_ext.target import host_cpu_target
 from tvm_ext.workload import Workload
+from relax_helpers import kernels_called
 
 CPU = host_cpu_target()
-
-
-def _kernels(ex):
-    """The kernels (not the VM's builtins: reshapes as views among them) a built model calls."""
-    return [line.split()[1] for line in ex.as_text().splitlines()
-            if line.strip().startswith("call") and "vm.builtin" not in line]
 
 
 def _run(ex, *arrays):
@@ -74,14 +69,14 @@ def test_activations_of_a_batch_of_sequences_times_a_constant_weight():
     with tvm_ext.apply_history_best([]) as ctx:
         ex = tr.build(mod, CPU)
     assert [c.workload for c in ctx.report.choices] == [wl]
-    assert _kernels(ex) == ["tvm_ext_matmul_prepacked"]  # no copy of x or of the result
+    assert kernels_called(ex) == ["tvm_ext_matmul_prepacked"]  # no copy of x or of the result
     x = rng.standard_normal((B, S, K)).astype("float32")
     np.testing.assert_allclose(_run(ex, x), x @ w, rtol=1e-4, atol=1e-4)
 
 
 def test_the_ops_after_a_viewed_matmul_are_its_fused_epilogue():
     """r + relu(x . W + bias) on [B, S, K] activations: the bias, ReLU and residual computed
-    on the matmul's rows (r viewed as rows too, the chain's operand put first), then viewed
+    on the matmul's rows (r viewed as rows too; the chain its add's second operand), then viewed
     back, so ``fuse_epilogue`` makes them one kernel with the subgraph task dense NN +
     bias+relu+residual; both builds numpy's."""
     B, S, K, N = 2, 16, 48, 80
@@ -102,7 +97,7 @@ def test_the_ops_after_a_viewed_matmul_are_its_fused_epilogue():
         assert [c.workload for c in ctx.report.choices] == \
             [wl.with_(epilogue="bias+relu+residual") if fuse else wl]
         if fuse:  # one kernel (then the function's result copied out of the view: a reshape)
-            assert [k for k in _kernels(ex) if not k.startswith("reshape")] == \
+            assert [k for k in kernels_called(ex) if not k.startswith("reshape")] == \
                 ["fused_tvm_ext_matmul_add_relu_add1"]
         np.testing.assert_allclose(_run(ex, x, r), expected, rtol=1e-4, atol=1e-4)
 
@@ -132,7 +127,7 @@ def test_attention_products_are_batch_matmuls_of_their_heads():
     for fuse in (False, True):
         with tvm_ext.apply_history_best([]):
             ex = tr.build(mod, CPU, fuse_epilogue=fuse)
-        assert not [kern for kern in _kernels(ex) if "transpose" in kern]
+        assert not [kern for kern in kernels_called(ex) if "transpose" in kern]
         np.testing.assert_allclose(_run(ex, q, k, v, mask), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -146,7 +141,7 @@ def test_a_transposed_batch_is_read_in_place():
         [(Workload.create("batch_matmul", (Bt, M, N, K), layout="NT"), 1)]
     with tvm_ext.apply_history_best([]):
         ex = tr.build(mod, CPU)
-    assert _kernels(ex) == ["tvm_ext_matmul"]
+    assert kernels_called(ex) == ["tvm_ext_matmul"]
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((Bt, M, K)).astype("float32"), \
         rng.standard_normal((Bt, N, K)).astype("float32")
@@ -198,8 +193,8 @@ def test_a_transformer_block_of_tvms_frontend(onnx):
     for fuse in (False, True):
         with tvm_ext.apply_history_best([]) as ctx:
             ex = tr.build(mod, CPU, fuse_epilogue=fuse)
-        ours = [k for k in _kernels(ex) if "tvm_ext_matmul" in k]
-        assert len(ours) == 8 and not [k for k in _kernels(ex) if "matmul" in k and
+        ours = [k for k in kernels_called(ex) if "tvm_ext_matmul" in k]
+        assert len(ours) == 8 and not [k for k in kernels_called(ex) if "matmul" in k and
                                        k not in ours]
         if fuse:  # every projection's bias, the MLP's GELU and the residuals in its kernel
             assert sorted(c.workload.epilogue for c in ctx.report.choices) == \
@@ -237,8 +232,8 @@ def test_the_block_bench_refuses_bad_input_before_building(argv, says):
 
 def test_a_residual_written_first_still_fuses_as_the_matmuls_epilogue():
     """x + relu(x . W) on 2-D operands (a residual as transformers write it, the matmul's
-    result second): the add takes the result first, so the fused kernel's task is dense NN +
-    relu+residual; numpy's answer."""
+    result second): the fused function's add is named from either operand, so the kernel's
+    task is dense NN + relu+residual; numpy's answer."""
     rng = np.random.default_rng(7)
     w = rng.standard_normal((48, 48)).astype("float32")
     mod = _function({"x": (32, 48)}, lambda x: R.add(x, R.nn.relu(R.matmul(x, relax.const(w)))))
@@ -251,9 +246,10 @@ def test_a_residual_written_first_still_fuses_as_the_matmuls_epilogue():
     np.testing.assert_allclose(_run(ex, x), x + np.maximum(x @ w, 0), rtol=1e-4, atol=1e-4)
 
 
-def test_of_two_matmul_chains_the_one_used_only_here_takes_the_add():
-    """h = x + relu(x . W1); out = h + h . W2 (a transformer's second residual): h is used
-    twice, so the add joins the second matmul's chain (h first would leave it unfused)."""
+def test_a_second_residual_written_first_is_its_matmuls_epilogue():
+    """h = x + relu(x . W1); out = h + h . W2 (a transformer's second residual): FuseOps puts
+    the add with the second matmul (h has another use), whose result is the add's second
+    operand: named as that matmul's residual epilogue, not left to its anchor."""
     rng = np.random.default_rng(8)
     w1, w2 = (rng.standard_normal((48, 48)).astype("float32") for _ in range(2))
 

@@ -20,7 +20,7 @@ from ..strategy import get_template
 from ..target import parse_target
 from ..workload import Workload
 from .legalize import legalize_as_strategy, matmuls_as_templates, views_for
-from .rest import relax_pipeline as rest_pipeline
+from .rest import schedule_rest
 from .match import match_family, match_fused, match_matmul
 from .prepack import (constant_weight_calls, constants_on_huge_pages, prepack_constant_weights,
                       prepack_template)
@@ -145,16 +145,16 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     matmul that a template takes on views of its operands, ``nn.Linear``'s a dense NT on its
     weight, [B, S, K] activations their rows; ``legalize_matmul`` for relax.matmul when
     ``strategy``), our kernels for the matmuls (under the current ``apply_history_best``, if
-    any), then ``tvm.compile`` with TVM's pipeline for everything else (on a CPU, "default" is
-    ``rest.relax_pipeline``: TVM's, its other kernels scheduled with dlight's CPU rules and
-    ``rest.Injective``, not left serial; its TIR through ``codegen.cpu_pipeline``, as our
-    kernels are measured). ``fuse_epilogue`` (implies
-    ``strategy``) first fuses each matmul with the elementwise ops after it (TVM's FuseOps)
-    and computes them in our kernel's write-back; such a function takes its subgraph task's
-    record (``subgraph``), else its anchor matmul's (marked so in the report), else the
-    fallback. ``prepack`` (CPU): a plain matmul whose weight is a constant of the model gets it
-    packed here, once (``prepack_constant_weights``), instead of at every call; a CPU model's
-    large constants go on huge pages (``constants_on_huge_pages``)."""
+    any), then ``tvm.compile`` with TVM's pipeline for everything else (on a CPU with the
+    "default" pipeline, its other kernels first scheduled by ``rest.schedule_rest``, not left
+    serial; a CPU's TIR through ``codegen.cpu_pipeline``, as our kernels are measured).
+    ``fuse_epilogue`` (implies ``strategy``) first fuses each matmul with the elementwise ops
+    after it (TVM's FuseOps) and computes them in our kernel's write-back; such a function
+    takes its subgraph task's record (``subgraph``), else its anchor matmul's (marked so in
+    the report), else the fallback. ``prepack`` (CPU): a plain matmul whose weight is a
+    constant of the model gets it packed here, once (``prepack_constant_weights``), instead
+    of at every call; a CPU model's large constants go on huge pages
+    (``constants_on_huge_pages``)."""
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
@@ -183,7 +183,7 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     # The model's kernels are compiled as ``Task.build`` compiles them for the tuner (on a
     # CPU: register tiles on the stack, tasks of non-temporal stores fenced).
     if target.kind.name == "llvm" and relax_pipeline == "default":
-        relax_pipeline = rest_pipeline(target)
+        mod = schedule_rest(mod, target)  # the model's other kernels: not left serial
     with pass_options(config):
         return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline,
                            tir_pipeline=tir_pipeline(target))

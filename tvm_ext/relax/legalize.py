@@ -71,9 +71,7 @@ def matmuls_as_templates(mod):
     activations, ``nn.Linear`` or a [K, N] weight as ONNX's MatMul stores it) is a dense of its
     B * S rows; operands of equal leading axes ([B, H, S, D]) a batch_matmul of their product.
     Views are reshapes (``vm.builtin.reshape``: nothing copied), the result viewed back after
-    the elementwise ops that follow it (``_UNARY_OPS``, ``_BINARY_OPS``: a fused epilogue); an
-    add or multiply of something and a matmul's result takes the result first (``x +
-    o(a)``: FuseOps then fuses and names the chain).
+    the elementwise ops that follow it (``_UNARY_OPS``, ``_BINARY_OPS``: a fused epilogue).
     Legalized as written, such a matmul was TVM's own unscheduled loop nest on the CPU (the
     transformer block of ``python -m tvm_ext.bench.model``: 6.6-7.4 s built by TVM's own
     pipeline, 19-21 ms by ours, 2-core Zen 5), dlight's on a GPU, or a transpose of W at every
@@ -81,11 +79,9 @@ def matmuls_as_templates(mod):
     ``extract_tasks`` where ``views_for`` says so."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
-    uses = _uses(mod)
     ops = {name: tvm.ir.Op.get(f"relax.{name}") for name in
            ("matmul", "permute_dims", "reshape") + _UNARY_OPS + _BINARY_OPS}
     changed, flat = [], []  # flat: vars of our results before they are viewed back
-    call_tir = tvm.ir.Op.get("relax.call_tir")
 
     def is_op(expr, name):
         return isinstance(expr, _relax.Call) and expr.op.same_as(ops[name])
@@ -113,18 +109,6 @@ def matmuls_as_templates(mod):
                                   else ndim == 2):
                     return src.args[0], "T"
             return b, "N"
-
-        def from_matmul(self, expr, depth: int = 0) -> bool:
-            """Whether ``expr`` is a matmul's result, or an elementwise chain's on one (its
-            first operands)."""
-            src = self.source(expr)
-            if not isinstance(src, _relax.Call) or depth > 8:
-                return False
-            if is_op(src, "matmul") or (src.op.same_as(call_tir) and
-                                        "tvm_ext_matmul" in src.args[0].name_hint):
-                return True
-            return any(is_op(src, name) for name in _UNARY_OPS + _BINARY_OPS) and \
-                bool(src.args) and self.from_matmul(src.args[0], depth + 1)
 
         def viewed_back(self, expr):
             """(our flat result, the shape it is viewed in) where ``expr`` is such a view."""
@@ -169,15 +153,6 @@ def matmuls_as_templates(mod):
             args = list(call.args)
             found = {i: self.viewed_back(x) for i, x in enumerate(args)}
             found = {i: v for i, v in found.items() if v is not None}
-            commutes = len(args) == 2 and (is_op(call, "add") or is_op(call, "multiply"))
-            if not found and commutes and self.from_matmul(args[1]) and (
-                    not self.from_matmul(args[0]) or
-                    (uses[getattr(args[0], "name", "")] > 1 and
-                     uses[getattr(args[1], "name", "")] == 1)):
-                # x + a matmul's result (or a chain used elsewhere too + one used only here):
-                # that result first, the chain FuseOps fuses and names
-                changed.append(call)
-                return _relax.Call(call.op, args[::-1], call.attrs, call.ty_args)
             if not found or len(args) > 2 or len({tuple(v[1]) for v in found.values()}) > 1 or \
                     len({tuple(_static_shape(v[0])) for v in found.values()}) > 1:
                 return call  # (two results of one view shape may be flat in two ways)
@@ -190,10 +165,6 @@ def matmuls_as_templates(mod):
                     return call
                 if so == shape:  # a residual: viewed flat too
                     new[j] = self.builder_.emit(_relax.op.reshape(args[j], _static_shape(src)))
-            if commutes:  # the newest matmul's result first: the chain FuseOps fuses and names
-                latest = max(found, key=lambda i: max(
-                    n for n, v in enumerate(flat) if v.same_as(found[i][0])))
-                new = new[::-1] if latest == 1 else new
             out = self.builder_.emit(_relax.Call(call.op, new, call.attrs, call.ty_args))
             flat.append(out)
             # (a binding of its own: a view when built; as a block's output value, a copy)
@@ -201,28 +172,6 @@ def matmuls_as_templates(mod):
 
     new = rewritten(_Views(mod), mod)
     return _relax.transform.DeadCodeElimination()(new) if changed else mod
-
-
-def _uses(mod):
-    """{var name: how often the Relax functions of ``mod`` use it} (a var of several uses is
-    no fusion's sole producer)."""
-    from collections import Counter  # noqa: PLC0415
-
-    from tvm.relax.expr_functor import PyExprVisitor, visitor  # noqa: PLC0415
-    count = Counter()
-
-    @visitor
-    class _Count(PyExprVisitor):
-        def visit_var_(self, var):
-            count[var.name] += 1
-
-        def visit_dataflow_var_(self, var):
-            count[var.name] += 1
-
-    for _, func in mod.functions.items():
-        if isinstance(func, _relax.Function):
-            _Count().visit_expr(func)
-    return count
 
 
 def register_strategy():

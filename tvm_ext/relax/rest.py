@@ -3,10 +3,10 @@ schedules them with dlight. TVM's default CPU pipeline compiles them as written:
 nests on one core (in ``python -m tvm_ext.bench.model``'s transformer block: the softmax, the
 transposes of attention's heads, a GELU, the residual adds).
 
-``relax_pipeline(target)`` is the pipeline ``tvm.compile`` runs by default with one step once
-the dataflow is lowered: ``dlight.ApplyDefaultSchedule`` with TVM's CPU rules (``Reduction``:
-softmax and the norms; ``GEMV``) and ``Injective`` (TOPI's ``schedule_injective`` for x86),
-over every PrimFunc not scheduled yet (ours are).
+``schedule_rest(mod, target)``, the last step of ``build`` before ``tvm.compile`` with TVM's
+default pipeline: ``dlight.ApplyDefaultSchedule`` with TVM's CPU rules (``Reduction``: softmax
+and the norms; ``GEMV``) and ``Injective`` (TOPI's ``schedule_injective`` for x86), over every
+PrimFunc not scheduled yet (ours are).
 """
 from __future__ import annotations
 
@@ -64,25 +64,14 @@ def injective_rule():
     return Injective()
 
 
-def relax_pipeline(target):
-    """The pipeline ``tvm.compile`` runs for "default" (``relax.pipeline.
-    default_build_pipeline``) with the model's unscheduled PrimFuncs scheduled once the
-    dataflow is lowered (reshapes made views first: a scheduled reshape is no longer seen as
-    one, and would copy): dlight's CPU ``Reduction`` and ``GEMV``, then ``Injective``."""
+def schedule_rest(mod, target):
+    """``mod`` (a built model before ``tvm.compile``) with its PrimFuncs not scheduled yet
+    scheduled: dlight's CPU ``Reduction`` and ``GEMV``, then ``Injective``. Its reshapes are
+    made views first (TVM's ``RewriteDataflowReshape``, which ``tvm.compile`` would run next):
+    a scheduled reshape is no longer seen as one, and would copy."""
     from tvm import relax  # noqa: PLC0415
     from tvm.s_tir import dlight as dl  # noqa: PLC0415
-    t = relax.transform
-
-    @tvm.transform.module_pass(opt_level=0)
-    def _pipeline(mod, _ctx):
-        with target:
-            return tvm.transform.Sequential([
-                relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(),
-                t.LegalizeOps(), t.RewriteDataflowReshape(), t.ToNonDataflow(),
-                t.RemovePurityChecking(), t.CallTIRRewrite(),
-                dl.ApplyDefaultSchedule(dl.cpu.Reduction(), dl.cpu.GEMV(), injective_rule()),
-                t.StaticPlanBlockMemory(), t.RewriteCUDAGraph(), t.LowerAllocTensor(),
-                t.KillAfterLastUse(), t.LowerRuntimeBuiltin(), t.ComputePrimValue(),
-                t.VMShapeLower(), t.AttachGlobalSymbol()])(mod)
-
-    return _pipeline
+    with target:
+        return tvm.transform.Sequential([
+            relax.transform.RewriteDataflowReshape(),
+            dl.ApplyDefaultSchedule(dl.cpu.Reduction(), dl.cpu.GEMV(), injective_rule())])(mod)

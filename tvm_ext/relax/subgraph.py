@@ -65,10 +65,14 @@ def _epilogue_of(mod, f) -> Optional[str]:
     ops = []
     prev = var
     for var, callee, args in calls[1:]:
-        if not args or not args[0].same_as(prev):
-            return None  # not a chain on the matmul's result
         name = re.sub(r"\d+$", "", callee.name_hint)
-        op = _op(mod[callee], name, args[1:], out_shape, _tensor_type(var))
+        if args and args[0].same_as(prev):
+            others = args[1:]
+        elif name == "add" and len(args) == 2 and args[1].same_as(prev):
+            others = args[:1]  # x + the chain (a residual written first): the same sum
+        else:
+            return None  # not a chain on the matmul's result
+        op = _op(mod[callee], name, others, out_shape, _tensor_type(var))
         if op is None:
             return None
         ops.append(op)
