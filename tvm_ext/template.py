@@ -136,6 +136,28 @@ def epilogue_compute(wl, C):
     return extras, cur
 
 
+def with_epilogue(wl, tensors):
+    """(the TE tensors ``[A, B, C]`` of ``wl``'s anchor matmul followed by ``wl``'s epilogue:
+    ``[A, B, extras..., out]``, the names of the epilogue's blocks); without an epilogue,
+    (``tensors``, [])."""
+    if not wl.epilogue:
+        return tensors, []
+    extras, out = epilogue_compute(wl, tensors[-1])
+    return tensors[:2] + extras + [out], \
+        [EPILOGUE_BLOCK.format(i) for i in range(len(wl.epilogue.split("+")))]
+
+
+def schedule_with_epilogue(sch, epilogue, schedule: Callable[[], None]):
+    """``schedule()`` (the matmul's) on a function whose matmul is followed by the elementwise
+    blocks named ``epilogue``: all but the last are inlined into the last, which is computed
+    in the matmul's write-back (registers -> output, one pass)."""
+    for name in epilogue[:-1]:
+        sch.compute_inline(sch.get_sblock(name))
+    schedule()
+    if epilogue:
+        sch.reverse_compute_inline(sch.get_sblock(epilogue[-1]))
+
+
 @dataclass(frozen=True)
 class Template:
     name: str
@@ -217,27 +239,18 @@ class ScheduleTemplate(Template):
         from tvm import s_tir, te  # noqa: PLC0415
 
         anchor = workload.anchor
-        tensors = self.compute(anchor, config)
-        if workload.epilogue:
-            extras, out = epilogue_compute(workload, tensors[-1])
-            tensors = tensors[:2] + extras + [out]
+        tensors, epilogue = with_epilogue(workload, self.compute(anchor, config))
         sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
         if workload.epilogue:
-            n = len(workload.epilogue.split("+"))
-            self.schedule_fused(sch, config, anchor, facts,
-                                [EPILOGUE_BLOCK.format(i) for i in range(n)])
+            self.schedule_fused(sch, config, anchor, facts, epilogue)
         else:
             self.schedule(sch, config, workload, facts)
         return sch.mod["main"]
 
     def schedule_fused(self, sch, config, anchor, facts, epilogue):
         """The template's schedule of the matmul with elementwise blocks ``epilogue`` after
-        it: all but the last are inlined into the last, which is computed in the matmul's
-        write-back (registers -> output, one pass)."""
-        for name in epilogue[:-1]:
-            sch.compute_inline(sch.get_sblock(name))
-        self.schedule(sch, config, anchor, facts)
-        sch.reverse_compute_inline(sch.get_sblock(epilogue[-1]))
+        it (``schedule_with_epilogue``)."""
+        schedule_with_epilogue(sch, epilogue, lambda: self.schedule(sch, config, anchor, facts))
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def test_build_packs_a_constant_weight_once(n):
     # (where the weight is the larger operand dense_swap.x86 is the default template; a
     # constant weight takes dense_pack.x86's records or fallback, whose kernel prepacks it)
     assert [name for _, _, name, _ in apply.replaced] == ["dense_pack.x86"]
-    packed, done = prepack_constant_weights(applied, apply.plain, _mark)
+    packed, done = prepack_constant_weights(applied, apply.kernels, _mark)
     assert done == ["tvm_ext_matmul"]
     assert any(gv.name_hint == "tvm_ext_matmul_prepacked" for gv in packed.functions)
     x = np.random.default_rng(2).standard_normal((32, 64)).astype("float32")
@@ -104,7 +104,7 @@ def test_build_packs_a_constant_weight_once(n):
     with tvm_ext.apply_history_best([]):
         apply = ApplyTunedKernels(CPU, constant_weights=constant_weight_calls(legal))
         applied = apply(legal)
-    assert prepack_constant_weights(applied, apply.plain, _mark)[1] == []
+    assert prepack_constant_weights(applied, apply.kernels, _mark)[1] == []
 
 
 def test_build_transposes_a_constant_weight_once_and_packs_it():
@@ -173,3 +173,67 @@ def test_a_constant_weight_takes_the_prepacking_template_only_over_one_that_read
     for shape, layout in (((1, 4096, 4096), "NT"), ((2 * lanes, 4096, 64), "NN"),
                           ((128, 128, 64), "NT")):
         assert prepack_template(Workload.create("dense", shape, layout=layout), CPU) is None
+
+
+@pytest.mark.parametrize("n", [96, 100])  # 100: a ragged last panel, cropped before the epilogue
+def test_prepacked_kernel_computes_a_subgraph_tasks_epilogue(n):
+    """A subgraph task's prepacked kernel (A, B_packed, bias, residual, C) computes its
+    epilogue in the write-back, as numpy does after the matmul."""
+    wl = Workload.create("dense", (48, n, 40), layout="NT", epilogue="bias+relu+residual")
+    task = Task(wl, CPU, template="dense_pack.x86")
+    cfg = task.config_with({"tile_y": [-1, 2, 8], "tile_x": [-1, 2, 16], "tile_k": [-1, 4],
+                            "tile_inner": [-1, 8]})
+    func = prepacked_kernel(wl, cfg)
+    assert [p.name for p in func.params] == ["A", "B_packed", "bias0", "residual2", "E2"]
+    f = compile_module(tvm.IRModule({"main": func}), CPU)["main"]
+    rng = np.random.default_rng(5)
+    a, b, bias, res = (rng.standard_normal(s).astype("float32")
+                       for s in (wl.a_shape, wl.b_shape, (n,), wl.out_shape))
+    out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
+    f(*(tvm.runtime.tensor(t) for t in (a, pack_weight(wl, b, 16), bias, res)), out)
+    np.testing.assert_allclose(out.numpy(), np.maximum(a @ b.T + bias, 0) + res,
+                               rtol=1e-4, atol=1e-4)
+
+
+def _fused_model(w, bias, residual_first: bool, op=R.nn.relu):
+    """op(x @ W^T + bias) + r (``residual_first``: r + op(...)), W and bias constants."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((32, w.shape[1]), "float32"))
+    r = relax.Var("r", R.Tensor((32, w.shape[0]), "float32"))
+    with bb.function("main", [x, r]):
+        with bb.dataflow():
+            y = op(R.add(R.matmul(x, R.permute_dims(relax.const(w), [1, 0])),
+                         relax.const(bias)))
+            out = bb.emit_output(R.add(r, y) if residual_first else R.add(y, r))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("residual_first", [False, True])
+def test_build_prepacks_the_weight_of_a_fused_matmul(residual_first):
+    """``build(..., fuse_epilogue=True)``: a matmul fused with an epilogue its subgraph task
+    names (bias+relu+residual, the residual either operand of its add) runs as one prepacked
+    kernel of its task, with the answer of the build that packs at every call; an epilogue
+    no task names (tanh) keeps the fused function, which packs its weight itself."""
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((97, 64)).astype("float32")  # 97 rows: the last panel overhangs
+    bias = rng.standard_normal((97,)).astype("float32")
+    xs = [rng.standard_normal(s).astype("float32") for s in ((32, 64), (32, 97))]
+    expect = np.maximum(xs[0] @ w.T + bias, 0) + xs[1]
+    mod = _fused_model(w, bias, residual_first)
+    for prepack in (True, False):
+        with tvm_ext.apply_history_best([]) as ctx:
+            ex = tr.build(mod, CPU, fuse_epilogue=True, prepack=prepack)
+        assert [c.workload.epilogue for c in ctx.report.choices] == ["bias+relu+residual"]
+        called = kernels_called(ex)
+        assert len(called) == 1 and called[0].endswith("_prepacked") == prepack
+        got = relax.VirtualMachine(ex, tvm.cpu())["main"](
+            *(tvm.runtime.tensor(t) for t in xs)).numpy()
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = tr.build(_fused_model(w, bias, residual_first, R.tanh), CPU, fuse_epilogue=True)
+    assert [c.workload.epilogue for c in ctx.report.choices] == [""]
+    assert not any(k.endswith("_prepacked") for k in kernels_called(ex))
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t) for t in xs))
+    np.testing.assert_allclose(got.numpy(), np.tanh(xs[0] @ w.T + bias) + xs[1],
+                               rtol=1e-4, atol=1e-4)

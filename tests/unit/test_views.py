@@ -96,9 +96,10 @@ def test_the_ops_after_a_viewed_matmul_are_its_fused_epilogue():
             ex = tr.build(mod, CPU, fuse_epilogue=fuse)
         assert [c.workload for c in ctx.report.choices] == \
             [wl.with_(epilogue="bias+relu+residual") if fuse else wl]
-        if fuse:  # one kernel (then the function's result copied out of the view: a reshape)
+        if fuse:  # one kernel, its constant weight prepacked (then the function's result
+            # copied out of the view: a reshape)
             assert [k for k in kernels_called(ex) if not k.startswith("reshape")] == \
-                ["fused_tvm_ext_matmul_add_relu_add1"]
+                ["fused_tvm_ext_matmul_add_relu_add1_prepacked"]
         np.testing.assert_allclose(_run(ex, x, r), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -176,8 +177,9 @@ def test_matmuls_no_view_serves_are_left_as_written(case):
 def test_a_transformer_block_of_tvms_frontend(onnx):
     """``bench.model``'s block (``tvm.relax.frontend.nn``: projections, attention on heads, a
     GELU MLP, residuals first in their adds; ``onnx``: weights stored [K, N]): every matmul one
-    of our kernels (six denses on the rows, two batch_matmuls of the heads), built plain and
-    fused (the elementwise ops after each matmul its epilogue), numpy's answer."""
+    of our kernels (six denses on the rows, their weights packed at build time, two
+    batch_matmuls of the heads), built plain and fused (the elementwise ops after each matmul
+    its epilogue), numpy's answer."""
     from tvm_ext.bench.model import block_module, numpy_block
     B, S, D, H = 2, 24, 64, 4
     mod, w = block_module(B, S, D, H, onnx)
@@ -196,6 +198,8 @@ def test_a_transformer_block_of_tvms_frontend(onnx):
         ours = [k for k in kernels_called(ex) if "tvm_ext_matmul" in k]
         assert len(ours) == 8 and not [k for k in kernels_called(ex) if "matmul" in k and
                                        k not in ours]
+        # the six projections' constant weights packed at build time, fused or not
+        assert len([k for k in ours if k.endswith("_prepacked")]) == 6
         if fuse:  # every projection's bias, the MLP's GELU and the residuals in its kernel
             assert sorted(c.workload.epilogue for c in ctx.report.choices) == \
                 ["", "bias", "bias+gelu_tanh", "bias+residual", "bias+residual", "scale:0.25"]

@@ -96,29 +96,34 @@ def pack_weight(wl, b, xi: int):
 
 
 def prepackable(template: str, wl, cfg) -> bool:
-    """Whether a config has a prepacked kernel: a plain dense of dense_pack.x86 whose
-    register rows and K step divide M and K (a ragged last panel of N: zero columns)."""
-    return template == "dense_pack.x86" and wl.op == "dense" and not wl.epilogue and \
+    """Whether a config has a prepacked kernel: a dense of dense_pack.x86 (plain or a
+    subgraph task's) whose register rows and K step divide M and K (a ragged last panel of
+    N: zero columns)."""
+    return template == "dense_pack.x86" and wl.op == "dense" and \
         wl.M % cfg["tile_y"].size[-1] == 0 and wl.K % cfg["tile_k"].size[-1] == 0
 
 
 def prepacked_kernel(wl, cfg, lanes: int = 0, prefetch: bool = True):
-    """The PrimFunc (A, B_packed, C) of a dense_pack.x86 config whose B is packed ahead of time
-    (``pack_weight``: a constant weight, packed once when the model is built): the config's
-    kernel without its per-task packing. Only where the register rows and K step divide M
-    and K (``prepackable``); no epilogue. ``lanes``: the vector lanes of the dtype (a config
-    with ``nt_store`` needs them); ``prefetch``: ``_prefetch_next_panels``."""
+    """The PrimFunc (A, B_packed, [the epilogue's inputs,] C) of a dense_pack.x86 config whose
+    B is packed ahead of time (``pack_weight``: a constant weight, packed once when the model
+    is built): the config's kernel without its per-task packing, a subgraph task's epilogue
+    (``wl.epilogue``) in its write-back. Only where the register rows and K step divide M
+    and K (``prepackable``). ``lanes``: the vector lanes of the dtype (a config with
+    ``nt_store`` needs them); ``prefetch``: ``_prefetch_next_panels``."""
     import tvm  # noqa: PLC0415
     from tvm import s_tir, te  # noqa: PLC0415
 
+    from ..template import schedule_with_epilogue, with_epilogue  # noqa: PLC0415
+
     if not prepackable("dense_pack.x86", wl, cfg):
         raise ValueError(f"no prepacked kernel for {wl} {cfg}")
-    tensors = packed_gemm_compute(wl, cfg["tile_x"].size[-1], prepacked=True)
+    tensors, epilogue = with_epilogue(
+        wl, packed_gemm_compute(wl.anchor, cfg["tile_x"].size[-1], prepacked=True))
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
-    schedule_packed_gemm(sch, wl, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
-                         tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1],
-                         prepacked=True, lanes=lanes, nt_store=bool(cfg.value("nt_store", 0)),
-                         in_place=not prefetch)
+    schedule_with_epilogue(sch, epilogue, lambda: schedule_packed_gemm(
+        sch, wl.anchor, tile_y=cfg["tile_y"].size, tile_x=cfg["tile_x"].size,
+        tile_k=cfg["tile_k"].size, inner=cfg["tile_inner"].size[-1], prepacked=True,
+        lanes=lanes, nt_store=bool(cfg.value("nt_store", 0)), in_place=not prefetch))
     return _prefetch_next_panels(sch, wl, cfg) if prefetch else sch.mod["main"]
 
 

@@ -55,14 +55,17 @@ class ApplyTunedKernels:
 
     def __init__(self, target=None, epilogues=None, constant_weights=()):
         self.target = parse_target(target)
-        # PrimFunc names whose calls pass a constant weight, which will be prepacked: a plain
-        # matmul among them takes ``prepack_template``'s records (``constant_weight_calls``)
+        # PrimFunc names whose calls pass a constant weight, which will be prepacked: a matmul
+        # among them that takes its task's kernel takes ``prepack_template``'s records
+        # (``constant_weight_calls``)
         self.constant_weights = set(constant_weights)
         # {fused PrimFunc name: epilogue} (``subgraph.fuse``): a fused function takes the
         # records of its subgraph task, then its anchor matmul's.
         self.epilogues = dict(epilogues or {})
         self.replaced: List[Tuple[str, Workload, str, bool]] = []
-        self.plain: dict = {}  # {PrimFunc name: (task, config)} of the plain matmuls
+        # {PrimFunc name: (task, config)} of the functions replaced by their task's kernel (a
+        # plain matmul; a fused one that takes its subgraph task's parameters)
+        self.kernels: dict = {}
         self.families: List[tuple] = []  # (Family, Library) of each symbolic matmul
         self.pass_config: dict = {}
 
@@ -90,13 +93,14 @@ class ApplyTunedKernels:
                 except TvmExtError:
                     spec = None
             # A named epilogue may also take a kernel template that computes it in its own
-            # write-back (the wgmma ones), where the function takes that kernel's parameters;
-            # any other fused function needs a schedule of its blocks.
-            scheduled = fused is not None and not (spec and _same_params(f, wl))
-            template = prepack_template(wl, self.target) if fused is None and \
+            # write-back (the wgmma ones) and a prepacked kernel, where the function takes
+            # that kernel's parameters; any other fused function needs a schedule of its
+            # blocks.
+            own = fused is None or bool(spec) and _same_params(f, wl)
+            template = prepack_template(wl, self.target) if own and \
                 gv.name_hint in self.constant_weights else None
             try:
-                task, choice = choose(wl, self.target, schedulable=scheduled,
+                task, choice = choose(wl, self.target, schedulable=not own,
                                       followed=fused is not None and not spec,
                                       template=template)
             except TvmExtError:
@@ -108,8 +112,8 @@ class ApplyTunedKernels:
             else:
                 new = _schedule_fused(task, choice.config, f, fused[2])
             new = new.without_attr("global_symbol")
-            if fused is None:
-                self.plain[gv.name_hint] = (task, choice.config)
+            if own:
+                self.kernels[gv.name_hint] = (task, choice.config)
             updates[gv] = _mark(new, f, task.name)
             self.replaced.append((gv.name_hint, wl, task.name, choice.tuned))
         for gv, f in updates.items():
@@ -151,10 +155,10 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     ``fuse_epilogue`` (implies ``strategy``) first fuses each matmul with the elementwise ops
     after it (TVM's FuseOps) and computes them in our kernel's write-back; such a function
     takes its subgraph task's record (``subgraph``), else its anchor matmul's (marked so in
-    the report), else the fallback. ``prepack`` (CPU): a plain matmul whose weight is a
-    constant of the model gets it packed here, once (``prepack_constant_weights``), instead
-    of at every call; a CPU model's large constants go on huge pages
-    (``constants_on_huge_pages``)."""
+    the report), else the fallback. ``prepack`` (CPU): a matmul whose weight is a constant of
+    the model (plain, or fused with an epilogue its subgraph task names) gets it packed here,
+    once (``prepack_constant_weights``), instead of at every call; a CPU model's large
+    constants go on huge pages (``constants_on_huge_pages``)."""
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
@@ -174,7 +178,7 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     apply = ApplyTunedKernels(target, epilogues, weights)
     mod = apply(mod)
     if prepack and target.kind.name == "llvm":
-        mod, _ = prepack_constant_weights(mod, apply.plain, _mark)
+        mod, _ = prepack_constant_weights(mod, apply.kernels, _mark)
     if target.kind.name == "llvm":
         mod, _ = constants_on_huge_pages(mod)
     config = dict(apply.pass_config)

@@ -3,8 +3,11 @@
 weight read once and written once more per call). Where B is a constant of the Relax function
 (e.g. weights bound with ``BindParams``), ``prepack_constant_weights`` packs it here, with
 numpy, into the panels of the kernel's config (``pack_weight``), and calls that config's kernel
-without its packing (``prepacked_kernel``) instead. Only plain matmuls whose register rows and
-K step divide M and K (panels that overhang N get zero columns); fused ones keep packing.
+without its packing (``prepacked_kernel``) instead: a plain matmul, or one fused with an
+epilogue that its subgraph task names, where the fused function takes the kernel's parameters
+(A, B, the epilogue's inputs, in its order), so that the kernel computes it in its write-back.
+Only where the register rows and K step divide M and K (panels that overhang N get zero
+columns); fused functions whose epilogue is unnamed keep packing.
 
 ``constants_on_huge_pages`` then moves every large constant of a CPU model (packed here or not)
 onto huge pages (``host_memory``), where the measurers put a kernel's operands: a model built
@@ -42,13 +45,13 @@ def prepack_template(wl, target):
 
 
 def _constant_weight(call):
-    """(x, the constant weight) of a ``call_tir`` with two arguments, the second a constant,
-    else None."""
+    """The arguments of a ``call_tir`` whose second argument is a constant (x, the constant
+    weight, then a fused epilogue's inputs, if any), else None."""
     if not call.op.same_as(tvm.ir.Op.get("relax.call_tir")):
         return None
     args = call.args[1]
     fields = list(args.fields) if isinstance(args, tvm.ir.expr.Tuple) else []
-    if len(fields) != 2 or not isinstance(fields[1], tvm.ir.expr.Constant):
+    if len(fields) < 2 or not isinstance(fields[1], tvm.ir.expr.Constant):
         return None
     return fields
 
@@ -63,9 +66,9 @@ def rewritten(rewriter, mod):
 
 
 def constant_weight_calls(mod) -> set:
-    """Names of the PrimFuncs that a Relax function of ``mod`` calls (``call_tir``) with two
-    arguments, the second a constant: the matmuls whose weight ``prepack_constant_weights``
-    can pack."""
+    """Names of the PrimFuncs that a Relax function of ``mod`` calls (``call_tir``) with a
+    constant second argument: the matmuls (plain or fused) whose weight
+    ``prepack_constant_weights`` can pack."""
     from tvm.relax.expr_functor import PyExprVisitor, visitor  # noqa: PLC0415
 
     names = set()
@@ -83,12 +86,14 @@ def constant_weight_calls(mod) -> set:
     return names
 
 
-def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark: Callable):
-    """``mod`` with each ``call_tir`` of a plain dense_pack.x86 matmul (``plain``: {PrimFunc
-    name: (task, config)}, what ``ApplyTunedKernels`` built) whose weight is a constant
-    replaced by a call of the prepacked kernel on the packed constant; ``mark(new, old,
-    template)`` gives the new PrimFunc the attributes of the one it stands for
-    (``apply._mark``). Returns (module, names of the matmuls prepacked)."""
+def prepack_constant_weights(mod, kernels: Dict[str, Tuple[object, object]], mark: Callable):
+    """``mod`` with each ``call_tir`` of a dense_pack.x86 kernel (``kernels``: {PrimFunc name:
+    (task, config)} of the functions ``ApplyTunedKernels`` replaced by a task's kernel, plain
+    matmuls and fused ones that take their subgraph task's parameters) whose weight is a
+    constant replaced by a call of the prepacked kernel on the packed constant (and the
+    epilogue's inputs as they were); ``mark(new, old, template)`` gives the new PrimFunc the
+    attributes of the one it stands for (``apply._mark``). Returns (module, names of the
+    matmuls prepacked)."""
     from tvm.relax.expr_functor import PyExprMutator, mutator  # noqa: PLC0415
 
     from ..ops.x86_gemm import pack_weight, prepackable, prepacked_kernel  # noqa: PLC0415
@@ -101,9 +106,9 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
             call = super().visit_call_(call)
             fields = _constant_weight(call)
             gv = call.args[0] if fields is not None else None
-            if gv is None or gv.name_hint not in plain:
+            if gv is None or gv.name_hint not in kernels:
                 return call
-            task, cfg = plain[gv.name_hint]
+            task, cfg = kernels[gv.name_hint]
             wl = task.workload
             if not prepackable(task.name, wl, cfg):
                 return call
@@ -113,8 +118,8 @@ def prepack_constant_weights(mod, plain: Dict[str, Tuple[object, object]], mark:
                         self.builder_.get()[gv], task.name)
             new_gv = self.builder_.add_func(func, f"{gv.name_hint}_prepacked")
             done.append(gv.name_hint)
-            return relax.call_tir(new_gv, relax.Tuple([fields[0], relax.const(packed)]),
-                                  call.ty_args[0])
+            return relax.call_tir(new_gv, relax.Tuple([fields[0], relax.const(packed),
+                                                       *fields[2:]]), call.ty_args[0])
 
     return rewritten(_Prepack(mod), mod), done
 
