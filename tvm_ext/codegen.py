@@ -300,15 +300,18 @@ def whole_vectors():
 def cpu_pipeline() -> str:
     """The name of the CPU pipeline, registered once: TVM's default TIR pipeline, after
     ``whole_vectors`` and with ``stack_tiles`` before the host's finalizing passes (whose
-    LowerTVMBuiltin moves large allocations to the heap)."""
+    LowerTVMBuiltin moves large allocations to the heap), which lower float32 exp, tanh and
+    erf as vector code (``vector_math``)."""
     import tvm  # noqa: PLC0415
     from tvm.tirx import compilation_pipeline as pipelines  # noqa: PLC0415
+
+    from .vector_math import lowering  # noqa: PLC0415
 
     def factory():
         lower, finalize_host, finalize_device = pipelines.get_tir_pipeline("default")
 
         def host():
-            return tvm.ir.transform.Sequential([stack_tiles(), finalize_host()])
+            return tvm.ir.transform.Sequential([stack_tiles(), lowering(finalize_host())])
         return tvm.ir.transform.Sequential([whole_vectors(), lower]), host, finalize_device
 
     pipelines.register_tir_pipeline("tvm_ext_cpu", factory)
