@@ -15,8 +15,10 @@ numpy's are sampled in turn (``cpu._in_turn``); TVM's own build, seconds a call,
         [--dtype float32|float16] [--target llvm|cuda] [--repeat 7] [--tvm-repeat 1] [--log L]
         [--tune N | --fast] [--fuse]
 
-``--target cuda``: the same block on the GPU, TVM's own build (dlight schedules it) against ours
-with the matmuls on views (``build(..., views=True)``), in turn; numpy only checks.
+``--target cuda``: the same block on the GPU: torch's (``torch_block``: cuBLAS's GEMMs, eager and
+as one CUDA graph; rows only where torch is installed) and TVM's own build (dlight schedules it)
+against ours with the matmuls on views (``build(..., views=True)``), all sampled in turn; each
+of ours is printed with its ratio against every one of them; numpy only checks.
 """
 from __future__ import annotations
 
@@ -101,6 +103,56 @@ def numpy_block(x, w, heads: int, onnx: bool = False):
     return h + linear("down", g)
 
 
+#: torch's rows of ``--target cuda`` (cuBLAS's GEMMs under them).
+TORCH_EAGER = "torch eager (cuBLAS)"
+TORCH_GRAPH = "torch, one CUDA graph (cuBLAS)"
+
+
+def torch_block(torch, x, w, heads: int, onnx: bool = False):
+    """A call of the block's math in torch on the GPU (``x``, ``w`` numpy as ``numpy_block``
+    takes them, moved to the GPU once): its projections ``F.linear`` (cuBLAS), attention by
+    ``torch.matmul`` of the heads (cuBLAS's batched GEMMs), TF32 off. Returns (fn() -> the
+    output tensor, the same graph captured as one CUDA graph: fn() replays it)."""
+    F = torch.nn.functional
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    xt = torch.from_numpy(x).to(dev)
+    wt = {k: torch.from_numpy(v).to(dev) for k, v in w.items()}
+    batch, seq, dim = x.shape
+    hd = dim // heads
+
+    def linear(name, t):
+        weight = wt[f"{name}.weight"]
+        return (t @ weight + wt[f"{name}.bias"]) if onnx else \
+            F.linear(t, weight, wt[f"{name}.bias"])
+
+    def split(t):
+        return t.reshape(batch, seq, heads, hd).transpose(1, 2)
+
+    def block():
+        with torch.no_grad():
+            q, k, v = (split(linear(n, xt)) for n in "qkv")
+            p = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * (1.0 / hd ** 0.5), dim=-1)
+            a = torch.matmul(p, v).transpose(1, 2).reshape(batch, seq, dim)
+            h = xt + linear("o", a)
+            return h + linear("down", F.gelu(linear("up", h), approximate="tanh"))
+
+    stream = torch.cuda.Stream()  # capture after warm-up calls on a side stream, as torch says
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            block()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = block()
+
+    def replay():
+        graph.replay()
+        return out
+    return block, replay
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tvm_ext.bench.model", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -178,7 +230,8 @@ def main(argv=None) -> int:
         return call
 
     calls = {"numpy": functools.partial(numpy_block, x, w, args.heads, args.onnx)} if cpu \
-        else {"TVM's own build (tvm.compile: dlight)": made(tvm.compile(mod, target=target))}
+        else {**_torch_calls(x, w, args.heads, args.onnx, want, tol),
+              "TVM's own build (tvm.compile: dlight)": made(tvm.compile(mod, target=target))}
     for fuse in (False, True) if args.fuse else (False,):
         with apply_history_best([log]) as ctx:
             ex = build(mod, target, fuse_epilogue=fuse, views=True)
@@ -193,11 +246,36 @@ def main(argv=None) -> int:
             own()
             samples.append(time.perf_counter() - t0)
         rows["TVM's own build (tvm.compile), alone"] = median_best(samples, 1e3)
-    first = next(iter(rows))
+    refs = list(rows)[:1] if cpu else [k for k in rows if not k.startswith("tvm_ext")]
     for name, (med, best) in rows.items():
-        print(f"{name:<40} {med:10.3f} ms (best {best:.3f})   {first.split(' (')[0]} / it "
-              f"{rows[first][0] / med:7.3f}")
+        print(f"{name:<40} {med:10.3f} ms (best {best:.3f})  " + "  ".join(
+            f"{REF_LABELS.get(r, r.split(' (')[0])} / it {rows[r][0] / med:6.3f}" for r in refs))
     return 0
+
+
+#: Short names of the reference rows in the ratio columns.
+REF_LABELS = {TORCH_EAGER: "eager", TORCH_GRAPH: "graph",
+              "TVM's own build (tvm.compile: dlight)": "dlight"}
+
+
+def _torch_calls(x, w, heads: int, onnx: bool, want, tol: float) -> dict:
+    """{row: call} of torch's block on the GPU, eager and as a CUDA graph (``torch_block``),
+    each checked against numpy's answer; {} where torch is not installed (said)."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        print("(torch is not installed: no cuBLAS rows; pip install torch)")
+        return {}
+    eager, graph = torch_block(torch, x, w, heads, onnx)
+    calls = {}
+    for name, fn in ((TORCH_EAGER, eager), (TORCH_GRAPH, graph)):
+        np.testing.assert_allclose(fn().float().cpu().numpy(), want, rtol=tol, atol=tol)
+
+        def call(fn=fn):
+            fn()
+            torch.cuda.synchronize()
+        calls[name] = call
+    return calls
 
 
 if __name__ == "__main__":
