@@ -67,3 +67,18 @@ def test_relax_fused_function_whose_parameters_differ_gets_a_schedule(monkeypatc
         apply(mod)
     assert [name for _, _, name, _ in apply.replaced] == ["batch_matmul_mma.cuda"]
     assert [c.template for c in ctx.report.choices] == ["batch_matmul_mma.cuda"]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_relax_build_with_cuda_graphs_captures_the_block():
+    """``build(..., cuda_graph=True)``: the block of TVM's frontend, fused, runs its static
+    regions as CUDA graphs (TVM's capture builtins in the VM's code); without it, none. (Its
+    GPU numerics, a replay on new inputs: tests/gpu/test_relax_gpu.py.)"""
+    import tvm_ext
+    import tvm_ext.relax as tr
+    from tvm_ext.bench.model import block_module
+    mod, _ = block_module(2, 64, 128, 4, dtype="float16")
+    for graph in (False, True):
+        with tvm_ext.apply_history_best([]):
+            ex = tr.build(mod, TARGET, fuse_epilogue=True, cuda_graph=graph)
+        assert ("vm.builtin.cuda_graph.run_or_capture" in ex.as_text()) == graph

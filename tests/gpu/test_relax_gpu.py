@@ -47,7 +47,8 @@ def test_fused_f16_function_on_the_wgmma_kernel_on_gpu():
                                          ("float16", True)])
 def test_a_transformer_block_of_tvms_frontend_on_gpu(dtype, onnx):
     """``bench.model``'s block on the GPU: its matmuls on views (rows of [B, S, K] activations,
-    batches of heads) are our kernels, built plain and fused; numpy's answer."""
+    batches of heads) are our kernels, built plain, fused, and fused with CUDA graphs (replayed
+    on a second input, then the first again); numpy's answer every call."""
     import numpy as np
     from tvm import relax
     import tvm_ext
@@ -60,10 +61,15 @@ def test_a_transformer_block_of_tvms_frontend_on_gpu(dtype, onnx):
     want = numpy_block(x.astype("float32"), {k: v.astype("float32") for k, v in w.items()}, H,
                        onnx)
     dev = tvm.cuda(0)
-    for fuse in (False, True):
+    tol = 2e-3 if dtype == "float32" else 3e-2
+    x2 = (x[::-1] * 0.5).astype(dtype)  # a second input: a CUDA graph replayed on it
+    want2 = numpy_block(x2.astype("float32"), {k: v.astype("float32") for k, v in w.items()},
+                        H, onnx)
+    for fuse, graph in ((False, False), (True, False), (True, True)):
         with tvm_ext.apply_history_best([]) as ctx:
-            ex = tr.build(mod, default_target(), fuse_epilogue=fuse)
+            ex = tr.build(mod, default_target(), fuse_epilogue=fuse, cuda_graph=graph)
         assert len({c.workload.anchor for c in ctx.report.choices}) == 5
-        got = relax.VirtualMachine(ex, dev)["forward"](tvm.runtime.tensor(x, dev)).numpy()
-        tol = 2e-3 if dtype == "float32" else 3e-2
-        np.testing.assert_allclose(got.astype("float32"), want, rtol=tol, atol=tol)
+        forward = relax.VirtualMachine(ex, dev)["forward"]
+        for inp, expect in ((x, want), (x2, want2), (x, want)):
+            got = forward(tvm.runtime.tensor(inp, dev)).numpy()
+            np.testing.assert_allclose(got.astype("float32"), expect, rtol=tol, atol=tol)

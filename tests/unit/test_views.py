@@ -226,6 +226,8 @@ def test_two_results_viewed_alike_but_flat_otherwise_are_added_as_viewed():
     (["--dtype", "float16"], "--target cuda"),
     (["--tune", "8"], "--log of your own"),
     (["--target", "rocm"], "llvm or cuda"),
+    (["--cuda-graph"], "for --target cuda"),
+    (["--profile"], "for --target cuda"),
 ])
 def test_the_block_bench_refuses_bad_input_before_building(argv, says):
     from tvm_ext.bench.model import main

@@ -13,12 +13,14 @@ numpy's are sampled in turn (``cpu._in_turn``); TVM's own build, seconds a call,
 
     python -m tvm_ext.bench.model [--batch 4] [--seq 128] [--dim 768] [--heads 12] [--onnx]
         [--dtype float32|float16] [--target llvm|cuda] [--repeat 7] [--tvm-repeat 1] [--log L]
-        [--tune N | --fast] [--fuse]
+        [--tune N | --fast] [--fuse] [--cuda-graph] [--profile]
 
 ``--target cuda``: the same block on the GPU: torch's (``torch_block``: cuBLAS's GEMMs, eager and
 as one CUDA graph; rows only where torch is installed) and TVM's own build (dlight schedules it)
 against ours with the matmuls on views (``build(..., views=True)``), all sampled in turn; each
-of ours is printed with its ratio against every one of them; numpy only checks.
+row is printed with its ratio against every one of them; numpy only checks. ``--cuda-graph``:
+TVM's own and ours also built with CUDA graphs (``build(..., cuda_graph=True)``); ``--profile``:
+every row's kernels with their GPU time per call (``gpu_kernels``).
 """
 from __future__ import annotations
 
@@ -172,6 +174,10 @@ def main(argv=None) -> int:
     p.add_argument("--fast", action="store_true",
                    help="tune the model's tasks (and with --fuse its subgraphs) fast first")
     p.add_argument("--fuse", action="store_true", help="also build with fuse_epilogue")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="--target cuda: also build ours and TVM's own with CUDA graphs")
+    p.add_argument("--profile", action="store_true",
+                   help="--target cuda: each row's kernels and their GPU time (torch.profiler)")
     args = p.parse_args(argv)
     from ..errors import TvmExtError  # noqa: PLC0415
     if args.dim % args.heads or min(args.batch, args.seq, args.dim, args.repeat) < 1:
@@ -182,6 +188,8 @@ def main(argv=None) -> int:
     if args.dtype != "float32" and args.target == "llvm":
         raise TvmExtError(f"--dtype {args.dtype} is for --target cuda (the CPU templates are "
                           "float32)")
+    if (args.cuda_graph or args.profile) and args.target != "cuda":
+        raise TvmExtError("--cuda-graph and --profile are for --target cuda")
     if (args.tune or args.fast) and not args.log:
         raise TvmExtError("--tune / --fast write records: name a --log of your own (the "
                           "shipped logs stay as they are)")
@@ -189,10 +197,11 @@ def main(argv=None) -> int:
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
-    from ..codegen import use_host_cores  # noqa: PLC0415
+    from ..codegen import pass_options, use_host_cores  # noqa: PLC0415
     from ..dispatch import apply_history_best  # noqa: PLC0415
     from ..host_memory import host_tensor  # noqa: PLC0415
     from ..relax import build, extract_tasks, tune_model  # noqa: PLC0415
+    from ..relax.apply import CUDA_GRAPH  # noqa: PLC0415
     from ..target import default_target, host_cpu_target  # noqa: PLC0415
     from .common import median_best  # noqa: PLC0415
     from .cpu import _in_turn  # noqa: PLC0415
@@ -229,14 +238,20 @@ def main(argv=None) -> int:
             dev.sync()
         return call
 
+    graphs = (False, True) if args.cuda_graph else (False,)
     calls = {"numpy": functools.partial(numpy_block, x, w, args.heads, args.onnx)} if cpu \
-        else {**_torch_calls(x, w, args.heads, args.onnx, want, tol),
-              "TVM's own build (tvm.compile: dlight)": made(tvm.compile(mod, target=target))}
+        else _torch_calls(x, w, args.heads, args.onnx, want, tol)
+    for graph in () if cpu else graphs:
+        with pass_options({CUDA_GRAPH: True} if graph else {}):
+            calls[OWN + (GRAPHS if graph else "")] = made(tvm.compile(mod, target=target))
     for fuse in (False, True) if args.fuse else (False,):
-        with apply_history_best([log]) as ctx:
-            ex = build(mod, target, fuse_epilogue=fuse, views=True)
-        print(ctx.report)
-        calls["tvm_ext" + (", fused epilogues" if fuse else "")] = made(ex)
+        for graph in graphs:
+            with apply_history_best([log]) as ctx:
+                ex = build(mod, target, fuse_epilogue=fuse, views=True, cuda_graph=graph)
+            if not graph:
+                print(ctx.report)
+            calls["tvm_ext" + (", fused epilogues" if fuse else "")
+                  + (GRAPHS if graph else "")] = made(ex)
     rows = {k: median_best(v, 1e3) for k, v in _in_turn(calls, args.repeat).items()}
     if cpu and args.tvm_repeat:
         own = made(tvm.compile(mod, target=target))
@@ -248,14 +263,43 @@ def main(argv=None) -> int:
         rows["TVM's own build (tvm.compile), alone"] = median_best(samples, 1e3)
     refs = list(rows)[:1] if cpu else [k for k in rows if not k.startswith("tvm_ext")]
     for name, (med, best) in rows.items():
-        print(f"{name:<40} {med:10.3f} ms (best {best:.3f})  " + "  ".join(
+        print(f"{name:<44} {med:8.3f} ms (best {best:.3f})  " + "  ".join(
             f"{REF_LABELS.get(r, r.split(' (')[0])} / it {rows[r][0] / med:6.3f}" for r in refs))
+    if args.profile:
+        for name, fn in calls.items():
+            print(f"\n{name}: its kernels, GPU time per call (torch.profiler)")
+            for kernel, count, us in gpu_kernels(fn):
+                print(f"  {us:8.1f} us  x{count:<3} {kernel[:100]}")
     return 0
 
 
+def gpu_kernels(fn, calls: int = 20):
+    """[(kernel name, launches per call, GPU microseconds per call)] of ``fn()``'s kernels,
+    most time first, over ``calls`` calls under ``torch.profiler`` (CUPTI sees every kernel
+    of the process: TVM's as torch's); the sum of the times last, as "(all kernels)"."""
+    import torch  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    fn()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    def gpu_us(e):  # (torch < 2.4 names it cuda_time_total)
+        return getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+    rows = [(e.key, e.count // calls, gpu_us(e) / calls)
+            for e in prof.key_averages() if gpu_us(e) > 0 and e.count >= calls]
+    rows.sort(key=lambda r: -r[2])
+    return rows + [("(all kernels)", sum(r[1] for r in rows), sum(r[2] for r in rows))]
+
+
+#: TVM's own build of the block on the GPU (dlight's schedules), and the suffix of a row built
+#: with CUDA graphs (``--cuda-graph``).
+OWN = "TVM's own build (dlight)"
+GRAPHS = ", CUDA graphs"
 #: Short names of the reference rows in the ratio columns.
-REF_LABELS = {TORCH_EAGER: "eager", TORCH_GRAPH: "graph",
-              "TVM's own build (tvm.compile: dlight)": "dlight"}
+REF_LABELS = {TORCH_EAGER: "torch", TORCH_GRAPH: "torch graph", OWN: "dlight",
+              OWN + GRAPHS: "dlight graphs"}
 
 
 def _torch_calls(x, w, heads: int, onnx: bool, want, tol: float) -> dict:

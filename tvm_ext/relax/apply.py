@@ -27,6 +27,8 @@ from .prepack import (constant_weight_calls, constants_on_huge_pages, prepack_co
 from .subgraph import fuse
 
 _OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the function alone
+#: TVM's option that makes its CUDA pipeline capture static regions as CUDA graphs
+CUDA_GRAPH = "relax.backend.use_cuda_graph"
 
 
 def _schedule_fused(task, config, func, epilogue: List[str]):
@@ -144,7 +146,8 @@ def _mark(new, old, template: str):
 
 
 def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
-          fuse_epilogue: bool = False, prepack: bool = True, views=None):
+          fuse_epilogue: bool = False, prepack: bool = True, views=None,
+          cuda_graph: bool = False):
     """LegalizeOps (after ``matmuls_as_templates`` where ``views_for(target, views)``: a
     matmul that a template takes on views of its operands, ``nn.Linear``'s a dense NT on its
     weight, [B, S, K] activations their rows; ``legalize_matmul`` for relax.matmul when
@@ -158,7 +161,11 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     the report), else the fallback. ``prepack`` (CPU): a matmul whose weight is a constant of
     the model (plain, or fused with an epilogue its subgraph task names) gets it packed here,
     once (``prepack_constant_weights``), instead of at every call; a CPU model's large
-    constants go on huge pages (``constants_on_huge_pages``)."""
+    constants go on huge pages (``constants_on_huge_pages``). ``cuda_graph`` (CUDA): the
+    regions of the model that TVM's ``RewriteCUDAGraph`` can capture (static shapes and
+    memory) run as CUDA graphs, captured at the first call and replayed after
+    (``relax.backend.use_cuda_graph``): one launch for many kernels, where a small model's
+    time is mostly launches."""
     target = parse_target(target)
     if target.kind.name == "llvm":
         use_host_cores()  # the model's kernels (ours and TVM's) run on every core
@@ -182,6 +189,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     if target.kind.name == "llvm":
         mod, _ = constants_on_huge_pages(mod)
     config = dict(apply.pass_config)
+    if cuda_graph and target.kind.name == "cuda":
+        config[CUDA_GRAPH] = True
     for _, _, name, _ in apply.replaced:  # e.g. the tensor-core templates' options
         config.update(get_template(name).pass_config)
     # The model's kernels are compiled as ``Task.build`` compiles them for the tuner (on a
