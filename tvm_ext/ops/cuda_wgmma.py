@@ -330,15 +330,18 @@ def family_check(family) -> Optional[str]:
 
 def fallback_wgmma(space, wl, facts):
     """Untuned: the largest block tile (up to 128 x 256) whose grid still fills 90% of the SMs,
-    64-deep K tiles in as many stages (up to 4) as the shared memory holds, one wgmma batch in
-    flight, and the C tile staged through shared memory."""
+    else (no tile does) the smallest, whose grid fills the most; 64-deep K tiles in as many
+    stages (up to 4) as the shared memory holds, one wgmma batch in flight, and the C tile
+    staged through shared memory. (Taking the largest tile where none fills the SMs left
+    transformer-sized GEMMs on a few blocks: f16 512x768x3072, 12 blocks of 128 x 256 on the
+    H200's 132 SMs, 38 us against cuBLAS's 5; ``bench.model --target cuda --profile``,
+    docs/BENCHMARKS.md.)"""
     best = None
-    for wg, bn in ((2, 256), (2, 128), (1, 128), (1, 64)):
+    for wg, bn in ((2, 256), (2, 128), (1, 128), (1, 64)):  # tiles from the largest
         if wl.M % (64 * wg) or wl.N % bn:
             continue
-        best = best or (wg, bn)
+        best = (wg, bn)
         if wl.batch * (wl.M // (64 * wg)) * (wl.N // bn) >= 0.9 * facts["num_sms"]:
-            best = (wg, bn)
             break
     wg, bn = best
     stages = min(4, facts["max_shared_memory_optin"] // ((64 * wg + bn) * ROW_K * 2))
