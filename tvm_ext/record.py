@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import gzip
 import json
 import logging
 import math
 import os
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,7 +172,8 @@ def load_log(path: Union[str, os.PathLike]) -> Tuple[List[Record], Counter]:
     A missing or unreadable file, a file whose first line is not a record (not a tuning log:
     a user's JSON file), or a corrupt line that is not the last raises LogError naming the file
     and line; an unfinished last line (a writer killed mid-line) is skipped with one warning;
-    records of operators we have no template for (conv2d in a TopHub log) are set aside."""
+    records of operators we have no template for (conv2d in a TopHub log) are set aside. A
+    gzip-compressed log is read as its text (and never appended to: ``append``)."""
     text, p = _read_text(path)
     lines = text.split("\n")
     unfinished = not text.endswith("\n")
@@ -214,6 +217,10 @@ def _looks_like_record(line: str) -> bool:
     return line.lstrip().startswith('{"input"')
 
 
+def _gzipped(head: bytes) -> bool:
+    return head[:2] == b"\x1f\x8b"
+
+
 def _read_text(path) -> Tuple[str, Path]:
     p = Path(path)
     try:
@@ -224,6 +231,11 @@ def _read_text(path) -> Tuple[str, Path]:
         raise LogError(f"log {p} is a directory, not a file") from None
     except OSError as err:
         raise LogError(f"cannot read log {p}: {err.strerror or err}") from None
+    if _gzipped(data):  # a log compressed with gzip (e.g. to ship it): read as its text
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as err:
+            raise LogError(f"{p}: corrupt gzip-compressed log ({err})") from None
     try:
         return data.decode("utf-8"), p
     except UnicodeDecodeError as err:
@@ -256,6 +268,10 @@ def check_appendable(path: Union[str, os.PathLike]) -> None:
     p = Path(path)
     if p.exists():
         load_log(p)  # not a log, or a corrupt middle line: LogError before any write
+        with open(p, "rb") as f:
+            if _gzipped(f.read(2)):
+                raise LogError(f"log {p} is gzip-compressed: it is read, not appended to "
+                               "(name a plain log to write)")
     with _locked(p):
         pass
 
@@ -273,6 +289,8 @@ def append(path: Union[str, os.PathLike], lines: Iterable[str]) -> None:
         size = os.fstat(fd).st_size
         if size:
             with open(p, "rb") as f:
+                if _gzipped(f.read(2)):
+                    raise LogError(f"log {p} is gzip-compressed: it is read, not appended to")
                 f.seek(size - 1)
                 if f.read(1) != b"\n":
                     payload = "\n" + UNFINISHED_MARK + "\n" + payload

@@ -62,6 +62,22 @@ def test_missing_and_unreadable_logs(tmp_path):
         record.load(binary)
 
 
+def test_a_gzip_compressed_log_is_read_as_its_text_and_never_appended_to(tmp_path):
+    import gzip
+    text = _line(1e-3) + "\n" + _line(2e-3, 1) + "\n"
+    p = tmp_path / "log.json.gz"
+    p.write_bytes(gzip.compress(text.encode()))
+    assert [r.result.costs[0] for r in record.load(p)] == [1e-3, 2e-3]
+    before = p.read_bytes()
+    for write in (lambda: record.check_appendable(p), lambda: record.append(p, [_line(1.0)])):
+        with pytest.raises(LogError, match="gzip-compressed: it is read, not appended to"):
+            write()
+    assert p.read_bytes() == before
+    p.write_bytes(before[:len(before) // 2])  # cut short
+    with pytest.raises(LogError, match="corrupt gzip-compressed log"):
+        record.load(p)
+
+
 def test_append_only_and_concurrent_appends(tmp_path):
     import multiprocessing as mp
     p = tmp_path / "log.json"

@@ -104,7 +104,7 @@ import os  # noqa: E402
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
-# The CPU that replay_bmm_x86.json was measured on (AVX-512: 16 lanes, 32 vector registers). The
+# The CPU that replay_bmm_x86.json.gz was measured on (AVX-512: 16 lanes, 32 vector registers). The
 # space's constraints read those facts, so the replay task names that target rather than this
 # host's: nothing is built or run, and an AVX2 host would prune the space to other configs.
 REPLAY_TARGET = {"kind": "llvm", "mcpu": "znver5", "num-cores": 2}
@@ -125,7 +125,7 @@ def test_contract_with_replay_runner(name):
     assert len(valid) == 84
     runs = []
     for _ in range(2):
-        m = ReplayMeasurer(os.path.join(DATA, "replay_bmm_x86.json"))
+        m = ReplayMeasurer(os.path.join(DATA, "replay_bmm_x86.json.gz"))
         tuner = make_tuner(name, task.space, seed=11)
         if name.startswith("xgb"):
             tuner.loop_features = task_loop_features(task)
@@ -164,7 +164,7 @@ def test_xgb_plans_past_configs_whose_loops_cannot_be_read():
 def test_replay_space_smaller_than_budget(name):
     from tvm_ext.measure.replay import ReplayMeasurer
     task = _replay_task()
-    m = ReplayMeasurer(os.path.join(DATA, "replay_bmm_x86.json"))
+    m = ReplayMeasurer(os.path.join(DATA, "replay_bmm_x86.json.gz"))
     s = tune_loop(task, make_tuner(name, task.space, seed=0), m, n_trial=500, batch_size=16)
     assert s.trials == 84 and s.errors == 0
 
@@ -174,7 +174,7 @@ def test_xgb_transfer_is_used():
     from tvm_ext.tuner import XGBTuner, warm_start
     from tvm_ext.task import Task
     from tvm_ext.workload import Workload
-    recs = record.load(os.path.join(DATA, "replay_bmm_x86.json"))
+    recs = record.load(os.path.join(DATA, "replay_bmm_x86.json.gz"))
     other = Task(Workload.create("batch_matmul", (2, 64, 32, 16)), "llvm",
                  space_file=os.path.join(DATA, "replay_space.json"))
     tuner = XGBTuner(other.space, seed=0)
