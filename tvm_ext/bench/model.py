@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import time
 
 import numpy as np
@@ -190,6 +191,9 @@ def main(argv=None) -> int:
                           "float32)")
     if (args.cuda_graph or args.profile) and args.target != "cuda":
         raise TvmExtError("--cuda-graph and --profile are for --target cuda")
+    if args.profile and importlib.util.find_spec("torch") is None:
+        raise TvmExtError("--profile reads the kernels' times with torch.profiler: "
+                          "pip install torch")
     if (args.tune or args.fast) and not args.log:
         raise TvmExtError("--tune / --fast write records: name a --log of your own (the "
                           "shipped logs stay as they are)")
