@@ -23,6 +23,7 @@ LAYERS = [
     ["template"],        # what a template is
     ["ops"],             # the templates
     ["strategy"],        # which templates exist and apply
+    ["vector_math"],     # exp, tanh, erf as vector code in the CPU pipeline's lowering
     ["codegen", "host_memory"],  # pass options, CUDA compiler mode, launch attributes; CPU
     #                            tensors on huge pages
     ["task"],
