@@ -91,22 +91,24 @@ def vexp(x, dtype: str = "float32"):
     return _bound(x, dtype, body)
 
 
+def _odd_rational(x, dtype: str, bound: float, p, q):
+    """t P(t^2) / Q(t^2) with t = ``x`` clamped to [-bound, bound] (Eigen's form of tanh and
+    erf, which are +-1 in float32 beyond their bound)."""
+    def body(v):
+        t = _clamp(v, -bound, bound, dtype)
+        t2 = t * t
+        return t * _horner(t2, p, dtype) / _horner(t2, q, dtype)
+    return _bound(x, dtype, body)
+
+
 def vtanh(x, dtype: str = "float32"):
     """tanh of a float32 PrimExpr ``x`` of ``dtype``, as vector code."""
-    def body(v):
-        t = _clamp(v, -9.0, 9.0, dtype)
-        t2 = t * t
-        return t * _horner(t2, _TANH_P, dtype) / _horner(t2, _TANH_Q, dtype)
-    return _bound(x, dtype, body)
+    return _odd_rational(x, dtype, 9.0, _TANH_P, _TANH_Q)
 
 
 def verf(x, dtype: str = "float32"):
     """erf of a float32 PrimExpr ``x`` of ``dtype``, as vector code."""
-    def body(v):
-        t = _clamp(v, -4.0, 4.0, dtype)
-        t2 = t * t
-        return t * _horner(t2, _ERF_P, dtype) / _horner(t2, _ERF_Q, dtype)
-    return _bound(x, dtype, body)
+    return _odd_rational(x, dtype, 4.0, _ERF_P, _ERF_Q)
 
 
 _RULES = {"tirx.exp": vexp, "tirx.tanh": vtanh, "tirx.erf": verf}
