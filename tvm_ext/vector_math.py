@@ -8,6 +8,11 @@ matmul: tuning ``bench.model --fuse --tune 160`` on the 2-core Zen 5 recorded de
 512x3072x768 + bias+gelu_tanh at 16.39 ms, the plain matmul at 4.74; with these rules, 4.88
 (docs/BENCHMARKS.md).
 
+TOPI's ``fast_exp`` / ``fast_tanh`` / ``fast_erf`` (and Relax's ``FastMathTransform``, which
+calls them) are tensor ops: they reach neither a GELU that ``LegalizeOps`` writes with tanh or
+erf nor our templates' epilogues, and TOPI's exp saturates below inf. A lowering rule sees every
+call, wherever it was written.
+
 Here each is a polynomial in the vector's lanes, lowered in place of TVM's rule while our CPU
 pipeline (``codegen.cpu_pipeline``) lowers intrinsics, and only then (``lowering``): TVM's own
 builds in the same process keep TVM's rules. Float32 only (scalar or vector); other dtypes

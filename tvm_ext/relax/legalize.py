@@ -9,8 +9,7 @@ import tvm
 from tvm import relax as _relax
 
 from ..ops.common import matmul_compute
-from .match import _static_shape, workload_of_call
-from .prepack import rewritten
+from .match import _static_shape, rewritten, workload_of_call
 
 #: ``register_op_attr`` level of ours: above TVM's own (10).
 STRATEGY_LEVEL = 11
@@ -141,10 +140,7 @@ def matmuls_as_templates(mod):
             shape = sa[:-1] + [wl.N] if len(sw) == 2 else sa[:-2] + [wl.M, wl.N]
             if shape == list(wl.out_shape):
                 return out
-            out = self.builder_.emit(out)
-            flat.append(out)
-            # (a binding of its own: a view when built; as a block's output value, a copy)
-            return self.builder_.emit(_relax.op.reshape(out, shape))
+            return self.viewed(self.builder_.emit(out), shape)
 
         def sunk(self, call):
             """An elementwise op on a viewed-back result computed on the flat result, then
@@ -165,7 +161,12 @@ def matmuls_as_templates(mod):
                     return call
                 if so == shape:  # a residual: viewed flat too
                     new[j] = self.builder_.emit(_relax.op.reshape(args[j], _static_shape(src)))
-            out = self.builder_.emit(_relax.Call(call.op, new, call.attrs, call.ty_args))
+            return self.viewed(
+                self.builder_.emit(_relax.Call(call.op, new, call.attrs, call.ty_args)), shape)
+
+        def viewed(self, out, shape):
+            """Our flat result ``out`` (a bound var) viewed in ``shape``, remembered as flat
+            (``viewed_back``)."""
             flat.append(out)
             # (a binding of its own: a view when built; as a block's output value, a copy)
             return self.builder_.emit(_relax.op.reshape(out, shape))

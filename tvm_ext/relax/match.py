@@ -4,7 +4,8 @@ After ``LegalizeOps``, every PrimFunc whose single block is a matmul (a reductio
 of ``C[.., m, n] += A[..] * B[..]`` with any storage order of A and B, i.e. what ``R.matmul``,
 ``R.linear`` / ``nn.dense`` and ``topi.nn.batch_matmul`` legalize to) is a batch_matmul or dense
 workload. A FuseOps result whose first block is such a matmul and whose other blocks are
-elementwise ending in the output is a fused one.
+elementwise ending in the output is a fused one. (``rewritten``: a mutator applied to every
+Relax function of a module, shared by the passes of ``tvm_ext.relax``.)
 """
 from __future__ import annotations
 
@@ -243,3 +244,12 @@ def matmul_view(sa, sb, layout_b: str, dtype: str, out_dtype: str) -> Optional[W
     except TvmExtError:
         return None
     return None
+
+
+def rewritten(rewriter, mod):
+    """The module of ``rewriter`` (a PyExprMutator made on ``mod``) with each Relax function
+    of ``mod`` visited by it."""
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.relax.Function):
+            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+    return rewriter.builder_.get()

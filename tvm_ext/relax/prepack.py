@@ -20,6 +20,8 @@ from typing import Callable, Dict, Tuple
 import tvm
 from tvm import relax
 
+from .match import rewritten
+
 
 #: The template whose kernels take a weight packed ahead (``prepacked_kernel``). A matmul of a
 #: constant weight takes its records (else its fallback) where ``IN_PLACE`` is the default:
@@ -32,9 +34,9 @@ IN_PLACE = ("dense_swap.x86",)
 
 
 def prepack_template(wl, target):
-    """PREPACK_TEMPLATE where a plain matmul ``wl`` of a constant weight should take it rather
-    than its default template (one of ``IN_PLACE``, which PREPACK_TEMPLATE also serves), else
-    None."""
+    """PREPACK_TEMPLATE where a matmul ``wl`` (plain or a subgraph task's) of a constant weight
+    should take it rather than its default template (one of ``IN_PLACE``, which
+    PREPACK_TEMPLATE also serves), else None."""
     from ..errors import TvmExtError  # noqa: PLC0415
     from ..strategy import templates_for  # noqa: PLC0415
     try:
@@ -54,15 +56,6 @@ def _constant_weight(call):
     if len(fields) < 2 or not isinstance(fields[1], tvm.ir.expr.Constant):
         return None
     return fields
-
-
-def rewritten(rewriter, mod):
-    """The module of ``rewriter`` (a PyExprMutator made on ``mod``) with each Relax function
-    of ``mod`` visited by it."""
-    for gv, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    return rewriter.builder_.get()
 
 
 def constant_weight_calls(mod) -> set:
