@@ -478,22 +478,32 @@ def _sgemm(v, f) -> float:
     serpentine order; 8 x 16 tiles 0.91 at 2; proportionally less under one warp a scheduler
     (one warp's 64 or 128 independent FMAs a k step hide the latencies; 1024^3: 64 x 128
     tiles of 4 warps, one block an SM, ran 1.8x faster than 128 x 128 tiles on half the
-    SMs)."""
+    SMs). ``slice_k`` groups of threads each run K / slice_k of the block's tile (a K step is
+    one tile of each slice: more warps, as many FMAs a step, fewer steps), and the partial
+    tiles go through shared memory once."""
     M, N, K, B = f["M"], f["N"], f["K"], f.get("B", 1)
     bm, bn, bk, tn = v["block_m"], v["block_n"], v["block_k"], v["thread_n"]
-    threads = bm * bn // (8 * tn)
+    sk = v.get("slice_k", 1)
+    threads = bm * bn // (8 * tn) * sk
     regs = 128 if v.get("min_blocks", 1) >= 2 else 220 if tn == 16 else 126 if bk == 8 else 150
-    smem = f.get("smem_bytes") or sgemm_smem_bytes(bm, bn, bk)  # the space's, as estimate gives
+    smem = f.get("smem_bytes") or sgemm_smem_bytes(bm, bn, bk, sk)  # the space's
     per_sm = max(1, min(65536 // (threads * regs), 233472 // smem, 2048 // threads))
     blocks = B * -(-M // bm) * -(-N // bn)
     rate = 0.91 if tn == 16 else 0.87 + 0.04 * v.get("serpentine", 0)
 
+    # the warps a scheduler needs to keep its FFMA pipe busy: 2 of 8 x 16 tiles (on the H200,
+    # 64 x 64 tiles in 4 slices ran 2.1x slower with 8 x 16 threads, one warp a scheduler, than
+    # with 8 x 8, two), 1 of 8 x 8
+    full = 2.0 if tn == 16 else 1.0
+
     def cycles(warps_per_scheduler):  # SM cycles of one block's K step
-        return bm * bn * bk / (128.0 * rate * min(1.0, warps_per_scheduler))
+        return bm * bn * bk * sk / (128.0 * rate * min(1.0, warps_per_scheduler / full))
     on_sm = min(per_sm, -(-blocks // f["num_sms"]))
     work = cycles(on_sm * threads / 128.0)  # the SM's pipe, shared by its blocks
     alone = cycles(threads / 128.0)
-    epilogue = bm * bn * 4 / _STORE_BYTES_PER_CLOCK
+    # the write-back, after the slices' partial tiles were stored to and read from shared
+    # memory (128 bytes a clock)
+    epilogue = bm * bn * 4 / _STORE_BYTES_PER_CLOCK + (sk - 1) * bm * bn * 4 * 2 / 128.0
     # DRAM: the operands as the waves in the launch order read them, C; and the blocks' reads
     # of L2 (A once per column of tiles, B once per row) at 0.6 of their bytes (L2 serves
     # about 1.7x DRAM's bandwidth)
@@ -501,7 +511,7 @@ def _sgemm(v, f) -> float:
     dram = (_operand_bytes(f, bm=bm, bn=bn, blocks_at_once=min(blocks, per_sm * f["num_sms"]),
                            raster=v.get("raster", 1), nbytes=4)
             + B * M * N * 4 + 0.6 * l2_reads)
-    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=-(-K // bk), work=work,
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=-(-K // (bk * sk)), work=work,
                       alone=alone, dist=1, epilogue=epilogue, dram_bytes=dram)
 
 

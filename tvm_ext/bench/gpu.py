@@ -31,6 +31,11 @@ GPU_SUITE = {
     "bmm": Workload.create("batch_matmul", (24, 16384, 512, 64), layout="NT"),
     "mm1024": Workload.create("dense", (1024, 1024, 1024), layout="NN"),
     "mm8192": Workload.create("dense", (8192, 8192, 8192), layout="NN"),
+    # the f32 projections of ``bench.model``'s block (B 4 x S 128 rows, D 768, MLP 4D; nn.Linear:
+    # NT): fewer block tiles than SMs
+    "blk_qkvo": Workload.create("dense", (512, 768, 768), layout="NT"),
+    "blk_up": Workload.create("dense", (512, 3072, 768), layout="NT"),
+    "blk_down": Workload.create("dense", (512, 768, 3072), layout="NT"),
     "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
     "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
     # The tensor-core suite: small RFC shapes (M x N x K), square GEMMs, attention scores.

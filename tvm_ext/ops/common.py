@@ -149,14 +149,16 @@ def largest_factor(n: int, at_most: int, multiple_of: int = 1) -> int:
 
 
 
-def fallback_raster(wl, facts, tm, tn):
+def fallback_raster(wl, facts, tm, tn, below_column: bool = False):
     """Group the launch order only where one batch's grid is more than a wave of the SMs (then
-    a wave sweeps a square of about sqrt(SMs) x sqrt(SMs) tiles instead of whole rows)."""
+    a wave sweeps a square of about sqrt(SMs) x sqrt(SMs) tiles instead of whole rows).
+    ``below_column``: a group smaller than the grid's column of M tiles (the spaces that hold
+    larger groups to be the same order, and so not in the space)."""
     mt, nt = -(-wl.M // tm), -(-wl.N // tn)
     if mt * nt <= facts["num_sms"]:
         return 1
     for r in (8, 4, 2):
-        if mt % r == 0 and nt > r and r * r <= facts["num_sms"]:
+        if mt % r == 0 and nt > r and r * r <= facts["num_sms"] and (r < mt or not below_column):
             return r
     return 1
 

@@ -668,7 +668,8 @@ def fallback_ws(space, wl, facts):
     stages = next((s for s in range(most, 2, -1) if fits(s, staged)), 2)
     return {"consumers": consumers, "pingpong": pingpong, "block_n": bn, "block_k": bk,
             "stages": stages, "wgmma_wait": wait if stages >= 3 else 0,
-            "staged_store": staged, "raster": fallback_raster(wl, facts, bm, bn)}
+            "staged_store": staged,
+            "raster": fallback_raster(wl, facts, bm, bn, below_column=True)}
 
 
 def check_ws(wl, facts):
