@@ -44,6 +44,14 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   bank conflicts; commit e2a339d, docs/BENCHMARKS.md) and was removed.
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
   many blocks share an SM (2: 128 registers for 256 threads).
+- ``slice_k``: the block's threads in 2 or 4 groups, each computing the whole block tile over
+  its own K / slice_k (its own pair of shared buffers, its own loads); after the main loop the
+  groups after the first store their partial tiles to shared memory (thread by thread:
+  conflict-free), and the first adds them and writes C, epilogue on the way. Where the tiles
+  are fewer than the SMs and of 2 warps (the f32 transformer block's projections, 512 x 768:
+  96 tiles of 64 x 64 on 132 SMs), each scheduler had at most one warp: 4 slices ran 1.9-2.1x
+  faster on the H200 (512 x 768 x 768 at 0.99x cuBLAS, 512 x 768 x 3072 at 0.78x; cuBLAS
+  takes 64 x 32 and 128 x 32 tiles there).
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
   so that a wave's B tiles are shared in L2.
 - A subgraph task's elementwise epilogue is computed in the write-back (16-byte stores of C).
