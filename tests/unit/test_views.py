@@ -236,6 +236,19 @@ def test_the_block_bench_refuses_bad_input_before_building(argv, says):
         main(argv)
 
 
+def test_the_profile_counts_an_early_launched_kernel_from_the_end_of_the_one_before():
+    """``bench.model --profile``: our kernels are launched with PDL and wait for the kernel
+    before them, so a span holds that kernel's tail; each kernel's time starts where the
+    previous activity on the stream ended, and the times add up to the busy time."""
+    from tvm_ext.bench.model import serialized
+    spans = [("b", 2.0, 15.0), ("a", 0.0, 10.0), ("c", 15.0, 20.0), ("b", 21.0, 30.0),
+             ("d", 22.0, 25.0)]  # d: inside b's span (another stream's, or measured so)
+    got = {name: (n, t, span) for name, n, t, span in serialized(spans)}
+    assert got == {"a": (1, 10.0, 10.0), "b": (2, 14.0, 22.0), "c": (1, 5.0, 5.0),
+                   "d": (1, 0.0, 3.0)}
+    assert sum(t for _, t, _ in got.values()) == 29.0  # 0-20 and 21-30
+
+
 def test_a_residual_written_first_still_fuses_as_the_matmuls_epilogue():
     """x + relu(x . W) on 2-D operands (a residual as transformers write it, the matmul's
     result second): the fused function's add is named from either operand, so the kernel's
