@@ -22,7 +22,9 @@ to launch the kernels with the programmatic-serialization attribute. TVM gives t
 every kernel of the function, so a kernel that it cannot open with the wait (one nested under a
 statement it does not know) is an error, never a kernel launched early without its wait.
 Without the attribute (an older GPU, or a launch that did not ask), both instructions do
-nothing.
+nothing. A template may keep a config's kernel from launching early (``early_launch``): blocks
+placed while the previous kernel still holds part of the GPU pile up on the SMs it left free
+(the SGEMM launches early only a grid of at most one block an SM).
 
 **CPU register tiles on the stack.** TVM puts a CPU buffer of 1024 bytes or more
 (``runtime::kMaxStackAlloca``) in a heap workspace (``TVMBackendAllocWorkspace``), which LLVM

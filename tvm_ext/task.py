@@ -184,10 +184,15 @@ class Task:
         """Whether kernels are launched with programmatic dependent launch (``codegen.py``)."""
         return codegen.dependent_launch(self.facts)
 
-    def launch(self, func):
+    def launch(self, func, config=None):
         """A scheduled PrimFunc of this task as it is built: with ``dependent_launch``, every
-        kernel opens with the grid-dependency wait and is launched with PDL."""
-        return codegen.with_dependent_launch(func) if self.dependent_launch else func
+        kernel opens with the grid-dependency wait and is launched with PDL, unless the
+        template's ``early_launch`` says that ``config``'s kernel should not be."""
+        rule = getattr(self.template, "early_launch", None)
+        if not self.dependent_launch or rule is not None and config is not None and \
+                not rule(self.workload, config, self.facts):
+            return func
+        return codegen.with_dependent_launch(func)
 
     def instantiate(self, config: ConfigEntity):
         """The scheduled IRModule for a config; InstantiationError if it cannot be scheduled."""
@@ -204,7 +209,7 @@ class Task:
             else:
                 func = self.template.make_func(self.workload, config, self.facts,
                                                self.target)
-            func = self.launch(func)
+            func = self.launch(func, config)
         except Exception as err:  # a config the schedule rejects is data, not a crash
             msg = str(err).strip().splitlines()
             raise InstantiationError(f"{self.name} {config}: {msg[-1] if msg else err!r}") \

@@ -1,6 +1,7 @@
 """Programmatic dependent launch (tvm_ext/codegen.py): on sm_90 every kernel of every CUDA
 template opens with griddepcontrol.wait before it touches global memory and is launched with
-TVM's PDL flag; not on sm_80, nor with TVM_EXT_PDL=0."""
+TVM's PDL flag (the SGEMM's where its grid is at most one block an SM); not on sm_80, nor with
+TVM_EXT_PDL=0."""
 import re
 
 import pytest
@@ -52,6 +53,18 @@ def test_sm90_kernels_wait_for_the_grid_before_any_global_access(template, wl, v
         first_global = min(m.start() for p in params for m in re.finditer(rf"\b{p}\b", body))
         assert wait < first_global, (params, body[:600])
     assert lib.count(PDL_TAG.encode()) == len(kernels)  # the launch flag of each kernel
+
+
+@pytest.mark.parametrize("shape,early", [((512, 768, 768), True), ((512, 3072, 768), False)])
+def test_sgemm_launches_early_only_a_grid_of_one_block_an_sm(shape, early, tmp_path):
+    """dense_sgemm.cuda: 96 blocks of 64 x 64 on 132 SMs are launched with PDL; 192 of
+    64 x 128 are not (launched early, they piled up on the SMs the kernel before left free:
+    1.4x slower on the H200)."""
+    wl = Workload.create("dense", shape, layout="NT", epilogue="bias+gelu_tanh")
+    values = dict(block_m=64, block_n=64 if early else 128, slice_k=4 if early else 1)
+    src, lib = _build("dense_sgemm.cuda", wl, values, "sm_90", tmp_path)
+    assert ("griddepcontrol" in src) == early
+    assert lib.count(PDL_TAG.encode()) == (1 if early else 0)
 
 
 @pytest.mark.parametrize("arch,env", [("sm_80", None), ("sm_90", "0")])
