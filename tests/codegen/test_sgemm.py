@@ -44,6 +44,23 @@ def test_fallbacks_follow_the_sweeps():
         assert fb["slice_k"].val == 1, (shape, fb)
 
 
+def test_fallbacks_keep_their_launch_order_group_inside_their_spaces():
+    """The SGEMM's and the warp-specialised kernel's spaces take a group of M tiles smaller
+    than the grid's column only (larger groups are the same order); their fallbacks grouped
+    by the whole column where it held 8 (or 4, 2) tiles: 41 of these 288 fallbacks were
+    outside their own space (dense 512x3072x768 f32 among them, the block's up projection)."""
+    import itertools
+    for template, dtype in (("sgemm.cuda", "float32"), ("wgmma_ws.cuda", "float16")):
+        for (M, N, K), op in itertools.product(itertools.product(
+                (128, 256, 512, 1024, 2048, 8192), (256, 768, 3072, 8192), (256, 768, 3072)),
+                ("dense", "batch_matmul")):
+            wl = Workload.create(op, (M, N, K) if op == "dense" else (4, M, N, K), dtype, dtype,
+                                 layout="NT")
+            task = Task(wl, SM90, template=f"{op}_{template}")
+            fb = task.fallback_config()
+            assert task.space.is_valid(fb), (wl, template, task.space.violations(fb))
+
+
 def test_fallback_slices_k_where_few_small_tiles_leave_schedulers_idle():
     """The transformer block's f32 projections (512 rows, N 768): 96 tiles of 64 x 64 (2 warps)
     on 132 SMs, K in 4 slices (8 warps a block; on the H200 1.9-2.1x faster than none); where

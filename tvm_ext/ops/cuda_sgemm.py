@@ -356,11 +356,12 @@ def check_sgemm(wl, facts):
 def early_launch(wl, cfg, facts) -> bool:
     """Programmatic dependent launch only for a grid of at most one block an SM. Launched
     early, a kernel's blocks are placed while the kernel before it still holds part of the
-    GPU: on the SMs it leaves free they pile up as many as fit, and wait there. The f32
-    block's up projection (192 blocks of 64 x 128, up to 3 an SM) after the output projection
-    (96 blocks on 132 SMs) took 117.6 us with it and 83.2 without on the H200 (its heaviest
-    SMs ran 3 blocks, not 2); grids within one block an SM, where launch latency matters, keep
-    it (the whole block 0.345 ms with, 0.355 without)."""
+    GPU. The f32 block's up projection (192 blocks of 64 x 128, up to 3 an SM) after the
+    output projection (96 blocks on 132 SMs) took 117.6 us with it and 83.2 without on the
+    H200: what its blocks piling up 3 deep on the 36 SMs left free (not 2 deep, as launched
+    on an idle GPU) would cost; the placement itself was not observed. Grids within one block
+    an SM, where launch latency matters, keep it (the whole block 0.345 ms with, 0.355
+    without)."""
     blocks = wl.batch * (wl.M // cfg["block_m"].val) * (wl.N // cfg["block_n"].val)
     return blocks <= facts["num_sms"]
 
