@@ -1,6 +1,7 @@
 """Subgraph tasks for CUDA (sm_90): an int8 matmul with requantize to int8, and an f16 matmul +
 bias + gelu with f16 output, built on every template that applies (the tensor-core ones and
 the CUDA-core one), generate code that nvcc compiles. (Their GPU numerics: tests/gpu.)"""
+import re
 import shutil
 
 import numpy as np
@@ -81,4 +82,14 @@ def test_relax_build_with_cuda_graphs_captures_the_block():
     for graph in (False, True):
         with tvm_ext.apply_history_best([]):
             ex = tr.build(mod, TARGET, fuse_epilogue=True, cuda_graph=graph)
-        assert ("vm.builtin.cuda_graph.run_or_capture" in ex.as_text()) == graph
+        text = ex.as_text()
+        assert ("vm.builtin.cuda_graph.run_or_capture" in text) == graph
+    # the input copied first (``inputs_copied``): one graph holds every kernel but that copy
+    # and the copy of the result (a fresh tensor at every call); before, the projections
+    # that read x ran one by one between four graphs
+    forward = text.split("@forward:")[1].split("\n\n")[0]
+    assert forward.count("vm.builtin.cuda_graph.run_or_capture") == 1
+    outside = re.findall(r"call  (\w+) ", forward)
+    outside = [k for k in outside if not k.startswith("vm.builtin")]
+    assert outside[0] == "tvm_ext_copy_x" and len(outside) == 2, outside
+    assert "matmul" not in outside[1], outside

@@ -208,6 +208,42 @@ def test_a_transformer_block_of_tvms_frontend(onnx):
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
+def test_inputs_copied_first_give_the_same_answer_on_any_input():
+    """``apply.inputs_copied`` (what a CUDA-graph build does first): the block's input copied
+    by one kernel of its own (a tensor parameter of static shape; the weights are constants),
+    every matmul still ours; built for the CPU, numpy's answer on two inputs in turn."""
+    from tvm_ext.bench.model import block_module, numpy_block
+    from tvm_ext.relax.apply import inputs_copied
+    B, S, D, H = 2, 16, 64, 4
+    mod, w = block_module(B, S, D, H)
+    copied = inputs_copied(mod)
+    assert "tvm_ext_copy_x" in [gv.name_hint for gv in copied.functions]
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(copied, CPU, fuse_epilogue=True)
+    assert kernels_called(ex)[0] == "tvm_ext_copy_x"
+    assert len([k for k in kernels_called(ex) if "tvm_ext_matmul" in k]) == 8
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    for seed in (5, 6):
+        x = np.random.default_rng(seed).standard_normal((B, S, D)).astype("float32")
+        np.testing.assert_allclose(vm["forward"](tvm.runtime.tensor(x)).numpy(),
+                                   numpy_block(x, w, H), rtol=1e-3, atol=1e-3)
+    # weights passed as parameters after "num_input" are not copied at every call
+    from tvm.script import ir as I
+
+    @I.ir_module
+    class Params:
+        @R.function
+        def main(x: R.Tensor((4, 8), "float32"), w: R.Tensor((8, 8), "float32")):
+            R.func_attr({"num_input": 1})
+            with R.dataflow():
+                y = R.matmul(x, w)
+                R.output(y)
+            return y
+
+    names = [gv.name_hint for gv in inputs_copied(Params).functions]
+    assert "tvm_ext_copy_x" in names and "tvm_ext_copy_w" not in names
+
+
 def test_two_results_viewed_alike_but_flat_otherwise_are_added_as_viewed():
     """x [2, 3, 8, 5] . W [5, 4] (a dense of 48 rows) plus a . b of [2, 3, 8, 4] (a batch of 6):
     both viewed [2, 3, 8, 4] but flat [48, 4] and [6, 8, 4]; their sum stays on the views."""
