@@ -51,6 +51,8 @@ def _epilogue_op(name, arg, dt, X):
         return lambda x, idx: x + load(idx[-1:])
     if name == "residual":
         return lambda x, idx: x + load(idx)
+    if name == "mul":
+        return lambda x, idx: x * load(idx)
     if name == "relu":
         return lambda x, idx: tirx.max(x, tirx.const(0, dt))
     if name == "gelu":
@@ -77,12 +79,12 @@ def _epilogue_op(name, arg, dt, X):
 def _epilogue_ops(wl, extras):
     """[fn(x, idx)] of ``wl``'s epilogue ops; ``extras``: its extra inputs in
     ``wl.epilogue_inputs()`` order (TE tensors or TIR buffers)."""
-    from .workload import epilogue_dtypes, parse_epilogue  # noqa: PLC0415
+    from .workload import FULL_INPUT_OPS, epilogue_dtypes, parse_epilogue  # noqa: PLC0415
 
     dtypes = epilogue_dtypes(wl.epilogue, wl.out_dtype)
     inputs = iter(extras)
     return [_epilogue_op(name, arg, dtypes[i],
-                         next(inputs) if name in ("bias", "residual") else None)
+                         next(inputs) if name in ("bias", *FULL_INPUT_OPS) else None)
             for i, (name, arg) in enumerate(parse_epilogue(wl.epilogue))]
 
 

@@ -146,14 +146,15 @@ class Workload:
 
     def epilogue_inputs(self) -> List[Tuple[str, Tuple[int, ...], str]]:
         """(name, shape, dtype) of the epilogue's extra inputs: a bias is a vector of N, a
-        residual is shaped as the output; each in the dtype the epilogue has at that op."""
+        residual or a mul's factor is shaped as the output; each in the dtype the epilogue has
+        at that op."""
         out = []
         dtypes = epilogue_dtypes(self.epilogue, self.out_dtype)
         for i, (name, _) in enumerate(parse_epilogue(self.epilogue)):
             if name == "bias":
                 out.append((f"bias{i}", (self.N,), dtypes[i]))
-            elif name == "residual":
-                out.append((f"residual{i}", self.out_shape, dtypes[i]))
+            elif name in FULL_INPUT_OPS:
+                out.append((f"{name}{i}", self.out_shape, dtypes[i]))
         return out
 
     def buffers(self) -> List[Tuple[str, Tuple[int, ...], str]]:
@@ -254,12 +255,14 @@ def _matmul_from_args(op: str, args) -> Workload:
 # ---- epilogues: the elementwise ops a subgraph task computes after its matmul ----
 
 #: Ops of an epilogue, "+"-separated in order: bias (a vector of N added), residual (a tensor
-#: shaped as the output added), relu, gelu (erf form), gelu_tanh (GPT-2's tanh form), silu,
-#: exp, scale:<float> (a constant
-#: factor), cast:<dtype>, requant:<scale> (int32 -> int8: scaled, rounded half to even,
-#: clipped to [-128, 127]).
-EPILOGUE_OPS = ("bias", "residual", "relu", "gelu", "gelu_tanh", "silu", "exp", "scale", "cast",
-                "requant")
+#: shaped as the output added), mul (a tensor shaped as the output multiplied: a gated MLP's
+#: silu(x W_gate) * (x W_up)), relu, gelu (erf form), gelu_tanh (GPT-2's tanh form), silu,
+#: exp, scale:<float> (a constant factor), cast:<dtype>, requant:<scale> (int32 -> int8:
+#: scaled, rounded half to even, clipped to [-128, 127]).
+EPILOGUE_OPS = ("bias", "residual", "mul", "relu", "gelu", "gelu_tanh", "silu", "exp", "scale",
+                "cast", "requant")
+#: The ops that read a tensor shaped as the output.
+FULL_INPUT_OPS = ("residual", "mul")
 
 
 def parse_epilogue(text: str) -> List[Tuple[str, Optional[str]]]:

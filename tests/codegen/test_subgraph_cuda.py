@@ -1,5 +1,6 @@
-"""Subgraph tasks for CUDA (sm_90): an int8 matmul with requantize to int8, and an f16 matmul +
-bias + gelu with f16 output, built on every template that applies (the tensor-core ones and
+"""Subgraph tasks for CUDA (sm_90): an int8 matmul with requantize to int8, f16 matmuls +
+bias + gelu (with f16 output; times a tensor), an f32 gate (silu, times the up projection),
+built on every template that applies (the tensor-core ones and
 the CUDA-core one), generate code that nvcc compiles. (Their GPU numerics: tests/gpu.)"""
 import re
 import shutil
@@ -18,7 +19,8 @@ CASES = [
     Workload.create("dense", (256, 512, 256), "int8", epilogue="requant:0.05"),
     Workload.create("dense", (128, 3072, 768), "float16", epilogue="bias+gelu+cast:float16"),
     Workload.create("batch_matmul", (4, 100, 72, 200), "float16", "float16",
-                    layout="NN", epilogue="bias+gelu"),   # a padded shape: staged write-back
+                    layout="NN", epilogue="bias+gelu+mul"),  # a padded shape: staged write-back
+    Workload.create("dense", (512, 768, 256), epilogue="silu+mul"),  # a gated MLP's gate, f32
 ]
 
 

@@ -79,6 +79,8 @@ def _run(task, cfg, wl):
     ("dense", (64, 96, 80), "NT", "bias+relu+cast:float16"),
     ("batch_matmul", (3, 48, 64, 40), "NT", "residual+gelu"),
     ("batch_matmul", (3, 50, 70, 56), "TT", "bias+exp+residual"),
+    ("dense", (64, 96, 80), "NT", "silu+mul"),  # a gated MLP's gate, times its up projection
+    ("batch_matmul", (2, 40, 56, 48), "NN", "bias+mul+residual"),
 ])
 def test_cpu_kernels_compute_the_epilogue(op, shape, layout, epilogue):
     wl = Workload.create(op, shape, layout=layout, epilogue=epilogue)

@@ -244,6 +244,38 @@ def test_inputs_copied_first_give_the_same_answer_on_any_input():
     assert "tvm_ext_copy_x" in names and "tvm_ext_copy_w" not in names
 
 
+def test_a_gated_mlp_fuses_its_gate_with_the_up_projection_as_a_mul_epilogue():
+    """LLaMA's MLP, down(silu(gate(x)) * up(x)) on [B, S, D] activations (nn.Linear weights,
+    constants): the product is computed in the write-back of one of the two matmuls (the
+    gate's as ``silu+mul``, or, written up * gate, the up projection's as ``mul`` after the
+    gate's ``silu``), no kernel of its own; every weight prepacked; numpy's answer."""
+    rng = np.random.default_rng(9)
+    B, S, D, F = 2, 12, 32, 80
+    wg, wu = (rng.standard_normal((F, D)).astype("float32") * 0.2 for _ in range(2))
+    wd = rng.standard_normal((D, F)).astype("float32") * 0.2
+    x = rng.standard_normal((B, S, D)).astype("float32")
+    g = x @ wg.T
+    want = (g / (1 + np.exp(-g)) * (x @ wu.T)) @ wd.T
+
+    def linear(v, w):
+        return R.matmul(v, R.permute_dims(relax.const(w)))
+
+    for gate_first in (True, False):
+        def mlp(v, gate_first=gate_first):
+            gate, up = R.nn.silu(linear(v, wg)), linear(v, wu)
+            return linear(R.multiply(gate, up) if gate_first else R.multiply(up, gate), wd)
+        mod = _function({"x": (B, S, D)}, mlp)
+        fused = {"silu+mul", ""} if gate_first else {"silu", "mul"}
+        assert {wl.epilogue for wl, _ in tr.extract_tasks(mod, CPU, subgraphs=True)
+                if wl.N == F} == fused
+        with tvm_ext.apply_history_best([]) as ctx:
+            ex = tr.build(mod, CPU, fuse_epilogue=True)
+        assert {c.workload.epilogue for c in ctx.report.choices} == fused | {""}  # down
+        assert len([k for k in kernels_called(ex) if k.endswith("_prepacked")]) == 3
+        assert not [k for k in kernels_called(ex) if "multiply" in k and "matmul" not in k]
+        np.testing.assert_allclose(_run(ex, x), want, rtol=1e-4, atol=1e-4)
+
+
 def test_two_results_viewed_alike_but_flat_otherwise_are_added_as_viewed():
     """x [2, 3, 8, 5] . W [5, 4] (a dense of 48 rows) plus a . b of [2, 3, 8, 4] (a batch of 6):
     both viewed [2, 3, 8, 4] but flat [48, 4] and [6, 8, 4]; their sum stays on the views."""

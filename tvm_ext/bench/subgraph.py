@@ -76,10 +76,12 @@ def torch_epilogue(wl, c, extras):
     for name, arg in parse_epilogue(wl.epilogue):
         if name in ("bias", "residual"):
             c = c + next(extras)
+        elif name == "mul":
+            c = c * next(extras)
         elif name == "relu":
             c = torch.relu(c)
-        elif name == "gelu":
-            c = torch.nn.functional.gelu(c)
+        elif name in ("gelu", "gelu_tanh"):
+            c = torch.nn.functional.gelu(c, approximate="tanh" if name == "gelu_tanh" else "none")
         elif name == "silu":
             c = torch.nn.functional.silu(c)
         elif name == "exp":

@@ -66,9 +66,10 @@ def apply_epilogue(wl: Workload, x: np.ndarray, extras: List[np.ndarray], n_idx=
         if name == "bias":
             bias = next(extras).astype(np.float64)
             x = x + (bias if n_idx is None else bias[n_idx])
-        elif name == "residual":
+        elif name in ("residual", "mul"):
             res = next(extras).astype(np.float64)
-            x = x + (res if out_idx is None else res[out_idx])
+            res = res if out_idx is None else res[out_idx]
+            x = x + res if name == "residual" else x * res
         elif name == "relu":
             x = np.maximum(x, 0)
         elif name == "gelu":

@@ -68,8 +68,8 @@ def _epilogue_of(mod, f) -> Optional[str]:
         name = re.sub(r"\d+$", "", callee.name_hint)
         if args and args[0].same_as(prev):
             others = args[1:]
-        elif name == "add" and len(args) == 2 and args[1].same_as(prev):
-            others = args[:1]  # x + the chain (a residual written first): the same sum
+        elif name in ("add", "multiply") and len(args) == 2 and args[1].same_as(prev):
+            others = args[:1]  # x + the chain (a residual written first), x * the chain
         else:
             return None  # not a chain on the matmul's result
         op = _op(mod[callee], name, others, out_shape, _tensor_type(var))
@@ -95,6 +95,8 @@ def _op(prim, name, others, out_shape, out_type) -> Optional[str]:
     if name == "multiply" and not others:
         value = _scalar_factor(prim)
         return f"scale:{value!r}" if value is not None and value > 0 else None
+    if name == "multiply" and len(others) == 1 and _static_shape(others[0]) == out_shape:
+        return "mul"  # a gated MLP: silu(x W_gate) * (x W_up)
     return None
 
 
