@@ -304,6 +304,18 @@ def test_the_block_bench_refuses_bad_input_before_building(argv, says):
         main(argv)
 
 
+def test_the_block_bench_runs_llamas_gated_mlp(capsys):
+    """``bench.model --mlp swiglu``: the block with down(silu(gate(h)) * up(h)); every build
+    checked against numpy's math by the bench itself; the fused build takes the gate with its
+    bias, silu and the product with up(h) as one kernel."""
+    from tvm_ext.bench.model import main
+    assert main(["--batch", "1", "--seq", "16", "--dim", "32", "--heads", "2", "--mlp",
+                 "swiglu", "--fuse", "--repeat", "1", "--tvm-repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "swiglu MLP" in out and "NT +bias+silu+mul: dense_pack.x86" in out
+    assert "tvm_ext, fused epilogues" in out
+
+
 def test_the_profile_counts_an_early_launched_kernel_from_the_end_of_the_one_before():
     """``bench.model --profile``: our kernels are launched with PDL and wait for the kernel
     before them, so a span holds that kernel's tail; each kernel's time starts where the

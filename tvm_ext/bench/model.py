@@ -2,7 +2,8 @@
 
 ``tvm.relax.frontend.nn``: four projections with bias (``nn.Linear``: matmul(x, permute_dims(W)),
 or with ``--onnx`` a weight stored [K, N] times x, as ONNX's MatMul keeps it), attention on
-[B, H, S, D/H] (softmax(q k^T / sqrt(D/H)) v), a GELU (tanh) MLP of 4D and two residual adds;
+[B, H, S, D/H] (softmax(q k^T / sqrt(D/H)) v), a GELU (tanh) MLP of 4D (``--mlp swiglu``:
+LLaMA's gated one, down(silu(gate(h)) * up(h))) and two residual adds;
 no layer norms. Its weights are constants of the model (``BindParams``, as a deployed model has
 them); its input [B, S, D] activations. Built by TVM's own pipeline (``tvm.compile``: on the
 CPU its matmuls are loop nests nobody scheduled) and by ``tvm_ext.relax.build`` under ``--log``
@@ -12,8 +13,8 @@ numpy's are sampled in turn (``cpu._in_turn``); TVM's own build, seconds a call,
 ``--tvm-repeat`` times alone (0: not built).
 
     python -m tvm_ext.bench.model [--batch 4] [--seq 128] [--dim 768] [--heads 12] [--onnx]
-        [--dtype float32|float16] [--target llvm|cuda] [--repeat 7] [--tvm-repeat 1] [--log L]
-        [--tune N | --fast] [--fuse] [--cuda-graph] [--profile]
+        [--mlp swiglu] [--dtype float32|float16] [--target llvm|cuda] [--repeat 7]
+        [--tvm-repeat 1] [--log L] [--tune N | --fast] [--fuse] [--cuda-graph] [--profile]
 
 ``--target cuda``: the same block on the GPU: torch's (``torch_block``: cuBLAS's GEMMs, eager and
 as one CUDA graph; rows only where torch is installed) and TVM's own build (dlight schedules it)
@@ -34,9 +35,10 @@ import numpy as np
 
 
 def block_module(batch: int, seq: int, dim: int, heads: int, onnx: bool = False,
-                 dtype: str = "float32"):
+                 dtype: str = "float32", mlp: str = "gelu"):
     """(the Relax module of the block, its named weights {name: numpy array}), the weights
-    bound into the module as constants."""
+    bound into the module as constants. ``mlp``: "gelu" (GPT-2's: down(gelu_tanh(up(h)))) or
+    "swiglu" (LLaMA's gated one: down(silu(gate(h)) * up(h)))."""
     from tvm import relax  # noqa: PLC0415
     from tvm.relax.frontend import nn  # noqa: PLC0415
     from tvm.relax.frontend.nn import op  # noqa: PLC0415
@@ -58,6 +60,8 @@ def block_module(batch: int, seq: int, dim: int, heads: int, onnx: bool = False,
         def __init__(self):
             self.q, self.k, self.v, self.o = (linear(dim, dim) for _ in range(4))
             self.up, self.down = linear(dim, 4 * dim), linear(4 * dim, dim)
+            if mlp == "swiglu":
+                self.gate = linear(dim, 4 * dim)
 
         def forward(self, x):
             def split(t):
@@ -66,6 +70,8 @@ def block_module(batch: int, seq: int, dim: int, heads: int, onnx: bool = False,
             s = op.matmul(q, op.permute_dims(k, [0, 1, 3, 2])) * (1.0 / hd ** 0.5)
             a = op.matmul(op.softmax(s, axis=-1), v)
             h = x + self.o(op.reshape(op.permute_dims(a, [0, 2, 1, 3]), [batch, seq, dim]))
+            if mlp == "swiglu":
+                return h + self.down(op.silu(self.gate(h)) * self.up(h))
             return h + self.down(op.gelu(self.up(h), approximate="tanh"))
 
     mod, params = Block().export_tvm(
@@ -78,7 +84,7 @@ def block_module(batch: int, seq: int, dim: int, heads: int, onnx: bool = False,
     return mod, weights
 
 
-def numpy_block(x, w, heads: int, onnx: bool = False):
+def numpy_block(x, w, heads: int, onnx: bool = False, mlp: str = "gelu"):
     """The block's math in numpy (``w``: ``block_module``'s weights), the heads made
     contiguous (on a transposed view np.matmul of 4-D operands takes no BLAS path: 4x
     slower)."""
@@ -97,6 +103,9 @@ def numpy_block(x, w, heads: int, onnx: bool = False):
     a = (p / p.sum(-1, keepdims=True)) @ v
     h = x + linear("o", a.transpose(0, 2, 1, 3).reshape(batch, seq, dim))
     u = linear("up", h)
+    if mlp == "swiglu":
+        g = linear("gate", h)
+        return h + linear("down", g / (1 + np.exp(-g)) * u)
     g = u * u  # GELU (tanh) in place, u ** 3 never taken (numpy's float32 power: 90x slower)
     g *= np.float32(0.044715)
     g += 1
@@ -112,7 +121,7 @@ TORCH_EAGER = "torch eager (cuBLAS)"
 TORCH_GRAPH = "torch, one CUDA graph (cuBLAS)"
 
 
-def torch_block(torch, x, w, heads: int, onnx: bool = False):
+def torch_block(torch, x, w, heads: int, onnx: bool = False, mlp: str = "gelu"):
     """A call of the block's math in torch on the GPU (``x``, ``w`` numpy as ``numpy_block``
     takes them, moved to the GPU once): its projections ``F.linear`` (cuBLAS), attention by
     ``torch.matmul`` of the heads (cuBLAS's batched GEMMs), TF32 off. Returns (fn() -> the
@@ -139,6 +148,8 @@ def torch_block(torch, x, w, heads: int, onnx: bool = False):
             p = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * (1.0 / hd ** 0.5), dim=-1)
             a = torch.matmul(p, v).transpose(1, 2).reshape(batch, seq, dim)
             h = xt + linear("o", a)
+            if mlp == "swiglu":
+                return h + linear("down", F.silu(linear("gate", h)) * linear("up", h))
             return h + linear("down", F.gelu(linear("up", h), approximate="tanh"))
 
     stream = torch.cuda.Stream()  # capture after warm-up calls on a side stream, as torch says
@@ -165,6 +176,8 @@ def main(argv=None) -> int:
     p.add_argument("--dim", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--onnx", action="store_true", help="weights stored [K, N], as ONNX's MatMul")
+    p.add_argument("--mlp", default="gelu", choices=("gelu", "swiglu"),
+                   help="GPT-2's MLP (gelu) or LLaMA's gated one: down(silu(gate(h)) * up(h))")
     p.add_argument("--dtype", default="float32", choices=("float32", "float16"))
     p.add_argument("--target", default="llvm", help="llvm (the host's CPU) or cuda")
     p.add_argument("--repeat", type=int, default=7)
@@ -216,14 +229,15 @@ def main(argv=None) -> int:
         raise TvmExtError("--target cuda: no CUDA GPU is visible")
     log = args.log or ("logs/llvm_x86.json" if cpu else "logs/cuda_sm90.json")
     dev = tvm.cpu() if cpu else tvm.cuda(0)
-    mod, w = block_module(args.batch, args.seq, args.dim, args.heads, args.onnx, args.dtype)
+    mod, w = block_module(args.batch, args.seq, args.dim, args.heads, args.onnx, args.dtype,
+                          args.mlp)
     x = np.random.default_rng(1).standard_normal(
         (args.batch, args.seq, args.dim)).astype(args.dtype)
     w32 = {k: v.astype("float32") for k, v in w.items()}
-    want = numpy_block(x.astype("float32"), w32, args.heads, args.onnx)
+    want = numpy_block(x.astype("float32"), w32, args.heads, args.onnx, args.mlp)
     tol = 2e-3 if args.dtype == "float32" else 3e-2
     print(f"block B={args.batch} S={args.seq} D={args.dim} H={args.heads} {args.dtype} "
-          f"({'weights [K, N], ONNX' if args.onnx else 'nn.Linear'}) on {target}"
+          f"({'weights [K, N], ONNX' if args.onnx else 'nn.Linear'}, {args.mlp} MLP) on {target}"
           + (f", {use_host_cores()} threads" if cpu else "") + "; its matmul tasks:")
     for wl, n in extract_tasks(mod, target, views=True):
         print(f"  {wl} x{n}")
@@ -244,8 +258,8 @@ def main(argv=None) -> int:
         return call
 
     graphs = (False, True) if args.cuda_graph else (False,)
-    calls = {"numpy": functools.partial(numpy_block, x, w, args.heads, args.onnx)} if cpu \
-        else _torch_calls(x, w, args.heads, args.onnx, want, tol)
+    calls = {"numpy": functools.partial(numpy_block, x, w, args.heads, args.onnx, args.mlp)} \
+        if cpu else _torch_calls(x, w, args.heads, args.onnx, want, tol, args.mlp)
     for graph in () if cpu else graphs:
         with pass_options({CUDA_GRAPH: True} if graph else {}):
             calls[OWN + (GRAPHS if graph else "")] = made(tvm.compile(mod, target=target))
@@ -328,7 +342,7 @@ REF_LABELS = {TORCH_EAGER: "torch", TORCH_GRAPH: "torch graph", OWN: "dlight",
               OWN + GRAPHS: "dlight graphs"}
 
 
-def _torch_calls(x, w, heads: int, onnx: bool, want, tol: float) -> dict:
+def _torch_calls(x, w, heads: int, onnx: bool, want, tol: float, mlp: str = "gelu") -> dict:
     """{row: call} of torch's block on the GPU, eager and as a CUDA graph (``torch_block``),
     each checked against numpy's answer; {} where torch is not installed (said)."""
     try:
@@ -336,7 +350,7 @@ def _torch_calls(x, w, heads: int, onnx: bool, want, tol: float) -> dict:
     except ImportError:
         print("(torch is not installed: no cuBLAS rows; pip install torch)")
         return {}
-    eager, graph = torch_block(torch, x, w, heads, onnx)
+    eager, graph = torch_block(torch, x, w, heads, onnx, mlp)
     calls = {}
     for name, fn in ((TORCH_EAGER, eager), (TORCH_GRAPH, graph)):
         np.testing.assert_allclose(fn().float().cpu().numpy(), want, rtol=tol, atol=tol)
