@@ -288,9 +288,15 @@ def main(argv=None) -> int:
         for name, fn in calls.items():
             print(f"\n{name}: its kernels, GPU time per call after the kernel before each "
                   "ended (torch.profiler; their spans where launched early)")
-            for kernel, count, us, span in gpu_kernels(fn):
+            kernels = gpu_kernels(fn)
+            for kernel, count, us, span in kernels:
                 longer = f" (span {span:.1f})" if span > us * 1.02 + 0.05 else ""
                 print(f"  {us:8.1f} us  x{count:<3} {kernel[:90]}{longer}")
+            # the row's median call (sampled in turn above) less its kernels ("(all kernels)",
+            # the last): launches, the VM's work, the GPU idle between kernels
+            call_us = rows[name][0] * 1e3
+            print(f"  {call_us - kernels[-1][2]:8.1f} us  the rest of the call's median "
+                  f"({call_us:.1f} us): launches and idle time between kernels")
     return 0
 
 
