@@ -329,6 +329,20 @@ def test_the_profile_counts_an_early_launched_kernel_from_the_end_of_the_one_bef
     assert sum(t for _, t, _ in got.values()) == 29.0  # 0-20 and 21-30
 
 
+def test_the_profile_says_what_of_a_call_its_kernels_leave(capsys):
+    """``--profile``'s lines of a row: its kernels (the time after the one before, the span
+    where longer), then its median call less all its kernels (launches, idle time)."""
+    from tvm_ext.bench.model import print_profiles
+    kernels = [("matmul", 4, 40.0, 55.0), ("softmax", 1, 10.0, 10.0),
+               ("(all kernels)", 5, 50.0, 65.0)]
+    print_profiles({"ours": None}, {"ours": (0.088, 0.085)}, kernels_of=lambda fn: kernels)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("ours: its kernels")
+    assert lines[2].split() == ["40.0", "us", "x4", "matmul", "(span", "55.0)"]
+    assert lines[3].split() == ["10.0", "us", "x1", "softmax"]
+    assert lines[5].split()[:2] == ["38.0", "us"] and "(88.0 us)" in lines[5]
+
+
 def test_a_residual_written_first_still_fuses_as_the_matmuls_epilogue():
     """x + relu(x . W) on 2-D operands (a residual as transformers write it, the matmul's
     result second): the fused function's add is named from either operand, so the kernel's

@@ -285,19 +285,24 @@ def main(argv=None) -> int:
         print(f"{name:<44} {med:8.3f} ms (best {best:.3f})  " + "  ".join(
             f"{REF_LABELS.get(r, r.split(' (')[0])} / it {rows[r][0] / med:6.3f}" for r in refs))
     if args.profile:
-        for name, fn in calls.items():
-            print(f"\n{name}: its kernels, GPU time per call after the kernel before each "
-                  "ended (torch.profiler; their spans where launched early)")
-            kernels = gpu_kernels(fn)
-            for kernel, count, us, span in kernels:
-                longer = f" (span {span:.1f})" if span > us * 1.02 + 0.05 else ""
-                print(f"  {us:8.1f} us  x{count:<3} {kernel[:90]}{longer}")
-            # the row's median call (sampled in turn above) less its kernels ("(all kernels)",
-            # the last): launches, the VM's work, the GPU idle between kernels
-            call_us = rows[name][0] * 1e3
-            print(f"  {call_us - kernels[-1][2]:8.1f} us  the rest of the call's median "
-                  f"({call_us:.1f} us): launches and idle time between kernels")
+        print_profiles(calls, rows)
     return 0
+
+
+def print_profiles(calls: dict, rows: dict, kernels_of=None):
+    """``--profile``: each row's kernels (``kernels_of(call)``, by default ``gpu_kernels``)
+    and the rest of its median call (``rows``: {row: (median ms, best ms)}, sampled in turn):
+    launches, the VM's work, the GPU idle between kernels."""
+    for name, fn in calls.items():
+        print(f"\n{name}: its kernels, GPU time per call after the kernel before each "
+              "ended (torch.profiler; their spans where launched early)")
+        kernels = (kernels_of or gpu_kernels)(fn)
+        for kernel, count, us, span in kernels:
+            longer = f" (span {span:.1f})" if span > us * 1.02 + 0.05 else ""
+            print(f"  {us:8.1f} us  x{count:<3} {kernel[:90]}{longer}")
+        call_us = rows[name][0] * 1e3  # less "(all kernels)", the last
+        print(f"  {call_us - kernels[-1][2]:8.1f} us  the rest of the call's median "
+              f"({call_us:.1f} us): launches and idle time between kernels")
 
 
 def gpu_kernels(fn, calls: int = 20):
