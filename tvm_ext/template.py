@@ -66,6 +66,10 @@ def _epilogue_op(name, arg, dt, X):
         return lambda x, idx: x * tirx.sigmoid(x)
     if name == "exp":
         return lambda x, idx: tirx.exp(x)
+    if name == "tanh":
+        return lambda x, idx: tirx.tanh(x)
+    if name == "sigmoid":
+        return lambda x, idx: tirx.sigmoid(x)
     if name == "scale":
         return lambda x, idx: x * tirx.const(float(arg), dt)
     if name == "cast":

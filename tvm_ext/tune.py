@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epilogue", default="",
                    help="tune a subgraph: the matmul and this elementwise epilogue as one kernel, "
                         "ops joined by + (bias, residual, mul, relu, gelu, gelu_tanh, silu, exp, "
-                        "scale:C, cast:DTYPE, requant:S), e.g. bias+gelu+cast:float16")
+                        "tanh, sigmoid, scale:C, cast:DTYPE, requant:S), e.g. "
+                        "bias+gelu+cast:float16")
     p.add_argument("--target", help="llvm, cuda, cuda:sm_80 or a JSON dict (default: CUDA "
                                     "when a GPU is visible, else the host CPU)")
     p.add_argument("--template", help="tune this template instead of the op's first")

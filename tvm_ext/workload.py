@@ -257,10 +257,10 @@ def _matmul_from_args(op: str, args) -> Workload:
 #: Ops of an epilogue, "+"-separated in order: bias (a vector of N added), residual (a tensor
 #: shaped as the output added), mul (a tensor shaped as the output multiplied: a gated MLP's
 #: silu(x W_gate) * (x W_up)), relu, gelu (erf form), gelu_tanh (GPT-2's tanh form), silu,
-#: exp, scale:<float> (a constant factor), cast:<dtype>, requant:<scale> (int32 -> int8:
-#: scaled, rounded half to even, clipped to [-128, 127]).
-EPILOGUE_OPS = ("bias", "residual", "mul", "relu", "gelu", "gelu_tanh", "silu", "exp", "scale",
-                "cast", "requant")
+#: exp, tanh (BERT's pooler), sigmoid, scale:<float> (a constant factor), cast:<dtype>,
+#: requant:<scale> (int32 -> int8: scaled, rounded half to even, clipped to [-128, 127]).
+EPILOGUE_OPS = ("bias", "residual", "mul", "relu", "gelu", "gelu_tanh", "silu", "exp", "tanh",
+                "sigmoid", "scale", "cast", "requant")
 #: The ops that read a tensor shaped as the output.
 FULL_INPUT_OPS = ("residual", "mul")
 
@@ -301,7 +301,7 @@ def epilogue_dtypes(text: str, out_dtype: str) -> List[str]:
                 if cur != "int32":
                     raise WorkloadError(f"epilogue requant needs an int32 accumulator, not {cur}")
                 cur = "int8"
-        elif name in ("gelu", "gelu_tanh", "silu", "exp") and \
+        elif name in ("gelu", "gelu_tanh", "silu", "exp", "tanh", "sigmoid") and \
                 not cur.startswith(("float", "bf")):
             raise WorkloadError(f"epilogue {name} needs a float value, not {cur}")
     return out + [cur]

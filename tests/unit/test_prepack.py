@@ -213,8 +213,9 @@ def _fused_model(w, bias, residual_first: bool, op=R.nn.relu):
 def test_build_prepacks_the_weight_of_a_fused_matmul(residual_first):
     """``build(..., fuse_epilogue=True)``: a matmul fused with an epilogue its subgraph task
     names (bias+relu+residual, the residual either operand of its add) runs as one prepacked
-    kernel of its task, with the answer of the build that packs at every call; an epilogue
-    no task names (tanh) keeps the fused function, which packs its weight itself."""
+    kernel of its task, with the answer of the build that packs at every call, as does
+    bias+tanh+residual; an epilogue no task names (sin) keeps the fused function, which packs
+    its weight itself."""
     rng = np.random.default_rng(6)
     w = rng.standard_normal((97, 64)).astype("float32")  # 97 rows: the last panel overhangs
     bias = rng.standard_normal((97,)).astype("float32")
@@ -230,10 +231,18 @@ def test_build_prepacks_the_weight_of_a_fused_matmul(residual_first):
         got = relax.VirtualMachine(ex, tvm.cpu())["main"](
             *(tvm.runtime.tensor(t) for t in xs)).numpy()
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+    # BERT's pooler, tanh(x W^T + b): named, prepacked
     with tvm_ext.apply_history_best([]) as ctx:
         ex = tr.build(_fused_model(w, bias, residual_first, R.tanh), CPU, fuse_epilogue=True)
+    assert [c.workload.epilogue for c in ctx.report.choices] == ["bias+tanh+residual"]
+    assert [k.endswith("_prepacked") for k in kernels_called(ex)] == [True]
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t) for t in xs))
+    np.testing.assert_allclose(got.numpy(), np.tanh(xs[0] @ w.T + bias) + xs[1],
+                               rtol=1e-4, atol=1e-4)
+    with tvm_ext.apply_history_best([]) as ctx:
+        ex = tr.build(_fused_model(w, bias, residual_first, R.sin), CPU, fuse_epilogue=True)
     assert [c.workload.epilogue for c in ctx.report.choices] == [""]
     assert not any(k.endswith("_prepacked") for k in kernels_called(ex))
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t) for t in xs))
-    np.testing.assert_allclose(got.numpy(), np.tanh(xs[0] @ w.T + bias) + xs[1],
+    np.testing.assert_allclose(got.numpy(), np.sin(xs[0] @ w.T + bias) + xs[1],
                                rtol=1e-4, atol=1e-4)

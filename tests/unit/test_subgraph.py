@@ -80,6 +80,8 @@ def _run(task, cfg, wl):
     ("batch_matmul", (3, 48, 64, 40), "NT", "residual+gelu"),
     ("batch_matmul", (3, 50, 70, 56), "TT", "bias+exp+residual"),
     ("dense", (64, 96, 80), "NT", "silu+mul"),  # a gated MLP's gate, times its up projection
+    ("dense", (64, 96, 80), "NT", "bias+tanh"),  # BERT's pooler
+    ("dense", (64, 96, 80), "NN", "sigmoid+mul"),
     ("batch_matmul", (2, 40, 56, 48), "NN", "bias+mul+residual"),
 ])
 def test_cpu_kernels_compute_the_epilogue(op, shape, layout, epilogue):
@@ -128,15 +130,15 @@ def test_kernel_templates_and_epilogues():
     assert "without epilogues" in plain.why_not(wl, Task(wl.anchor, target).facts)
 
 
-def _tanh_of_matmul():
-    """A Relax module tanh(x @ w), x 32 x 48, w 48 x 64: a matmul fused with an op that no
+def _sin_of_matmul():
+    """A Relax module sin(x @ w), x 32 x 48, w 48 x 64: a matmul fused with an op that no
     workload names (its anchor's records serve it)."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", R.Tensor((32, 48), "float32"))
     w = relax.Var("w", R.Tensor((48, 64), "float32"))
     with bb.function("main", [x, w]):
         with bb.dataflow():
-            out = bb.emit_output(R.tanh(R.matmul(x, w)))
+            out = bb.emit_output(R.sin(R.matmul(x, w)))
         bb.emit_func_output(out)
     return bb.get()
 
@@ -152,7 +154,7 @@ def test_an_anchor_record_that_stores_non_temporally_is_not_built_into_a_fused_f
     facts = tvm_ext.task.hardware_facts
     monkeypatch.setattr(tvm_ext.task, "hardware_facts",
                         lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024})
-    mod = _tanh_of_matmul()
+    mod = _sin_of_matmul()
     (wl, _), = extract_tasks(mod, CPU, subgraphs=True)
     task = Task(wl, CPU, template="dense_pack.x86")  # (the template a fused function takes)
     lanes = task.facts["vector_lanes"]
@@ -173,7 +175,7 @@ def test_an_anchor_record_that_stores_non_temporally_is_not_built_into_a_fused_f
     a = np.random.default_rng(0).uniform(-1, 1, (32, 48)).astype("float32")
     b = np.random.default_rng(1).uniform(-1, 1, (48, 64)).astype("float32")
     got = vm["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b)).numpy()
-    np.testing.assert_allclose(got, np.tanh(a @ b), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, np.sin(a @ b), rtol=1e-4, atol=1e-5)
     # a fallback that would store non-temporally (C larger than the last-level cache) does
     # not where the matmul is followed: it is the fallback of a C that fits the cache (the
     # tiles may differ from the non-temporal one's, which must divide M: AVX2's 6 rows do not
@@ -278,8 +280,8 @@ def test_model_subgraph_tasks_tuned_and_applied(tmp_path):
 
 
 def test_unknown_epilogue_op_uses_the_anchor(tmp_path):
-    """A fused op we cannot name (tanh) leaves the function to its anchor's records."""
-    mod = _tanh_of_matmul()
+    """A fused op we cannot name (sin) leaves the function to its anchor's records."""
+    mod = _sin_of_matmul()
     (task_wl, _), = extract_tasks(mod, CPU, subgraphs=True)
     assert task_wl.epilogue == ""
     log = tmp_path / "anchor.json"
@@ -294,7 +296,7 @@ def test_unknown_epilogue_op_uses_the_anchor(tmp_path):
     a = np.random.default_rng(0).uniform(-1, 1, (32, 48)).astype("float32")
     b = np.random.default_rng(1).uniform(-1, 1, (48, 64)).astype("float32")
     got = vm["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b)).numpy()
-    np.testing.assert_allclose(got, np.tanh(a @ b), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, np.sin(a @ b), rtol=1e-4, atol=1e-5)
     assert os.path.exists(log)
 
 

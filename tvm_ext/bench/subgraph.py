@@ -84,8 +84,8 @@ def torch_epilogue(wl, c, extras):
             c = torch.nn.functional.gelu(c, approximate="tanh" if name == "gelu_tanh" else "none")
         elif name == "silu":
             c = torch.nn.functional.silu(c)
-        elif name == "exp":
-            c = torch.exp(c)
+        elif name in ("exp", "tanh", "sigmoid"):
+            c = getattr(torch, name)(c)
         elif name == "scale":
             c = c * float(arg)
         elif name == "cast":

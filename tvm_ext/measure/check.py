@@ -80,6 +80,10 @@ def apply_epilogue(wl: Workload, x: np.ndarray, extras: List[np.ndarray], n_idx=
             x = x / (1 + np.exp(-x))
         elif name == "exp":
             x = np.exp(x)
+        elif name == "tanh":
+            x = np.tanh(x)
+        elif name == "sigmoid":
+            x = 1 / (1 + np.exp(-x))
         elif name == "scale":
             x = x * float(arg)
         elif name == "cast":

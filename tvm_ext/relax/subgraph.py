@@ -20,6 +20,7 @@ from .legalize import legalize_as_strategy
 from .match import _static_shape, _tensor_type, match_matmul
 
 _UNARY = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "silu", "exp": "exp",
+          "tir_tanh": "tanh", "tir_sigmoid": "sigmoid", "tanh": "tanh", "sigmoid": "sigmoid",
           "tir_exp": "exp"}
 
 
