@@ -325,7 +325,8 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
     if not task.template.schedulable:  # a kernel template writes the symbolic kernel itself
         func = task.template.make_func(task.workload, cfg, task.facts, target,
                                        sizes={a: sizes[a] for a in family.varying})
-        return (task.launch(func), task, [(vars_[a], granules[a]) for a in family.varying])
+        return (task.launch(func, cfg), task,
+                [(vars_[a], granules[a]) for a in family.varying])
     A, B = _placeholders(family, sizes)
     # Accumulated as the template accumulates (mma: f16 products in f32, cast at the end).
     acc = task.template.acc_dtype(task.workload) if task.template.acc_dtype else None
@@ -345,7 +346,7 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
         # generic kernel does (the space's rules see the same: a tile that does not divide its
         # granule is padded, its C tile staged).
         return symbolic_func(family, kernel, target, granular=False)
-    return (task.launch(sch.mod["main"]), task,
+    return (task.launch(sch.mod["main"], cfg), task,
             [(vars_[a], granules[a]) for a in family.varying])
 
 

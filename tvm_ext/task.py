@@ -184,12 +184,12 @@ class Task:
         """Whether kernels are launched with programmatic dependent launch (``codegen.py``)."""
         return codegen.dependent_launch(self.facts)
 
-    def launch(self, func, config=None):
-        """A scheduled PrimFunc of this task as it is built: with ``dependent_launch``, every
+    def launch(self, func, config):
+        """A scheduled PrimFunc of ``config`` as it is built: with ``dependent_launch``, every
         kernel opens with the grid-dependency wait and is launched with PDL, unless the
-        template's ``early_launch`` says that ``config``'s kernel should not be."""
+        template's ``early_launch`` says that the config's kernel should not be."""
         rule = getattr(self.template, "early_launch", None)
-        if not self.dependent_launch or rule is not None and config is not None and \
+        if not self.dependent_launch or rule is not None and \
                 not rule(self.workload, config, self.facts):
             return func
         return codegen.with_dependent_launch(func)

@@ -489,7 +489,7 @@ def test_a_padded_nt_weight_splits_off_its_last_columns(op, shape, layout, tile_
     assert (f"tvm_ext_transpose_{lanes}_float32" in script) == (layout != "NN"), cfg
     if not divides(wl, cfg):  # the template's own kernel is this one
         assert task.template.make_func(wl, cfg, task.facts, task.target).script() == script
-    lib = task.compile(tvm.IRModule({"main": task.launch(sch.mod["main"])}))
+    lib = task.compile(tvm.IRModule({"main": task.launch(sch.mod["main"], cfg)}))
     kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
     a, b = random_inputs(wl, np.random.default_rng(5))
     np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl),

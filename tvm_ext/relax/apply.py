@@ -37,7 +37,7 @@ def _schedule_fused(task, config, func, epilogue: List[str]):
     from tvm import s_tir  # noqa: PLC0415
     sch = s_tir.Schedule(func)
     task.template.schedule_fused(sch, config, task.workload.anchor, task.facts, epilogue)
-    return task.launch(sch.mod["main"])
+    return task.launch(sch.mod["main"], config)
 
 
 def _same_params(func, wl) -> bool:
