@@ -39,3 +39,35 @@ def check_fused(target, dev):
     vm = relax.VirtualMachine(ex, dev)
     got = vm["main"](*[tvm.runtime.tensor(x, dev) for x in xs]).numpy()
     np.testing.assert_allclose(got, np.maximum(xs[0] @ xs[1] + xs[2], 0), rtol=1e-4, atol=1e-4)
+
+
+def row_model(which, shape, dtype="float32"):
+    """(a Relax module of one row reduction over the last axis of an input ``shape``: "softmax",
+    "layer_norm" or "rms_norm" (weights and bias constants), a numpy reference of it)."""
+    from tvm.relax.frontend import nn
+    from tvm.relax.frontend.nn import op
+    rng = np.random.default_rng(3)
+    gamma = rng.uniform(0.5, 1.5, shape[-1]).astype(dtype)
+    beta = rng.standard_normal(shape[-1]).astype(dtype)
+
+    class Row(nn.Module):
+        def forward(self, x):
+            if which == "softmax":
+                return op.softmax(x, axis=-1)
+            g = nn.Tensor.from_const(gamma)
+            if which == "layer_norm":
+                return op.layer_norm(x, [shape[-1]], g, nn.Tensor.from_const(beta))
+            return op.rms_norm(x, g, axes=[-1])
+
+    def reference(x):
+        x = x.astype("float64")
+        if which == "softmax":
+            e = np.exp(x - x.max(-1, keepdims=True))
+            return e / e.sum(-1, keepdims=True)
+        if which == "layer_norm":
+            c = x - x.mean(-1, keepdims=True)
+            return c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-5) * gamma + beta
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * gamma
+
+    mod, _ = Row().export_tvm(spec={"forward": {"x": nn.spec.Tensor(list(shape), dtype)}})
+    return mod, reference

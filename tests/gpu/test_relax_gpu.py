@@ -73,3 +73,28 @@ def test_a_transformer_block_of_tvms_frontend_on_gpu(dtype, onnx):
         for inp, expect in ((x, want), (x2, want2), (x, want)):
             got = forward(tvm.runtime.tensor(inp, dev)).numpy()
             np.testing.assert_allclose(got.astype("float32"), expect, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("which, shape, dtype", [
+    ("softmax", (4, 12, 128, 128), "float16"), ("softmax", (4, 12, 128, 128), "float32"),
+    ("softmax", (3, 5, 100), "float32"), ("softmax", (700, 2000), "float32"),
+    ("layer_norm", (512, 768), "float32"), ("layer_norm", (7, 33), "float16"),
+    ("rms_norm", (512, 768), "float16"), ("softmax", (8, 5000), "float32")])
+def test_row_reductions_on_gpu(which, shape, dtype):
+    """Softmax and the norms built by ``tvm_ext.relax.build`` (a warp a row:
+    ``rest.warp_rows_rule``; the last case dlight's) answer as numpy does."""
+    import numpy as np
+    from tvm import relax
+    import tvm_ext
+    import tvm_ext.relax as tr
+    from relax_helpers import row_model
+    from tvm_ext.target import default_target
+    mod, reference = row_model(which, shape, dtype)
+    x = (np.random.default_rng(8).standard_normal(shape) * 3).astype(dtype)
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(mod, default_target())
+    dev = tvm.cuda(0)
+    got = relax.VirtualMachine(ex, dev)["forward"](tvm.runtime.tensor(x, dev)).numpy()
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(got.astype("float64"), reference(x), rtol=tol, atol=tol)

@@ -195,7 +195,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     ``strategy``), our kernels for the matmuls (under the current ``apply_history_best``, if
     any), then ``tvm.compile`` with TVM's pipeline for everything else (on a CPU with the
     "default" pipeline, its other kernels first scheduled by ``rest.schedule_rest``, not left
-    serial; a CPU's TIR through ``codegen.cpu_pipeline``, as our kernels are measured).
+    serial; on CUDA its softmax and norms a warp a row, the rest dlight's; a CPU's TIR
+    through ``codegen.cpu_pipeline``, as our kernels are measured).
     ``fuse_epilogue`` (implies ``strategy``) first fuses each matmul with the elementwise ops
     after it (TVM's FuseOps) and computes them in our kernel's write-back; such a function
     takes its subgraph task's record (``subgraph``), else its anchor matmul's (marked so in
@@ -239,8 +240,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
         config.update(get_template(name).pass_config)
     # The model's kernels are compiled as ``Task.build`` compiles them for the tuner (on a
     # CPU: register tiles on the stack, tasks of non-temporal stores fenced).
-    if target.kind.name == "llvm" and relax_pipeline == "default":
-        mod = schedule_rest(mod, target)  # the model's other kernels: not left serial
+    if target.kind.name in ("llvm", "cuda") and relax_pipeline == "default":
+        mod = schedule_rest(mod, target)  # CPU: not left serial; CUDA: rows a warp each
     with pass_options(config):
         return tvm.compile(mod, target=target, relax_pipeline=relax_pipeline,
                            tir_pipeline=tir_pipeline(target))
