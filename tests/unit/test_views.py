@@ -177,17 +177,15 @@ def test_matmuls_no_view_serves_are_left_as_written(case):
 def test_a_transformer_block_of_tvms_frontend(onnx):
     """``bench.model``'s block (``tvm.relax.frontend.nn``: projections, attention on heads, a
     GELU MLP, residuals first in their adds; ``onnx``: weights stored [K, N]): every matmul one
-    of our kernels (four denses on the rows, q, k and v one of them
-    (``parallel_matmuls_combined``), their weights packed at build time, two batch_matmuls of
-    the heads), built plain and fused (the elementwise ops after each matmul its epilogue),
-    numpy's answer."""
+    of our kernels (six denses on the rows, their weights packed at build time, two
+    batch_matmuls of the heads), built plain and fused (the elementwise ops after each matmul
+    its epilogue), numpy's answer."""
     from tvm_ext.bench.model import block_module, numpy_block
     B, S, D, H = 2, 24, 64, 4
     mod, w = block_module(B, S, D, H, onnx)
     layout = "NN" if onnx else "NT"
     assert set(tr.extract_tasks(mod, CPU)) == {
-        (Workload.create("dense", (B * S, 3 * D, D), layout=layout), 1),  # q, k, v
-        (Workload.create("dense", (B * S, D, D), layout=layout), 1),
+        (Workload.create("dense", (B * S, D, D), layout=layout), 4),
         (Workload.create("dense", (B * S, 4 * D, D), layout=layout), 1),
         (Workload.create("dense", (B * S, D, 4 * D), layout=layout), 1),
         (Workload.create("batch_matmul", (B * H, S, S, D // H), layout="NT"), 1),
@@ -198,10 +196,10 @@ def test_a_transformer_block_of_tvms_frontend(onnx):
         with tvm_ext.apply_history_best([]) as ctx:
             ex = tr.build(mod, CPU, fuse_epilogue=fuse)
         ours = [k for k in kernels_called(ex) if "tvm_ext_matmul" in k]
-        assert len(ours) == 6 and not [k for k in kernels_called(ex) if "matmul" in k and
+        assert len(ours) == 8 and not [k for k in kernels_called(ex) if "matmul" in k and
                                        k not in ours]
-        # the four projections' constant weights packed at build time, fused or not
-        assert len([k for k in ours if k.endswith("_prepacked")]) == 4
+        # the six projections' constant weights packed at build time, fused or not
+        assert len([k for k in ours if k.endswith("_prepacked")]) == 6
         if fuse:  # every projection's bias, the MLP's GELU and the residuals in its kernel
             assert sorted(c.workload.epilogue for c in ctx.report.choices) == \
                 ["", "bias", "bias+gelu_tanh", "bias+residual", "bias+residual", "scale:0.25"]
@@ -223,7 +221,7 @@ def test_inputs_copied_first_give_the_same_answer_on_any_input():
     with tvm_ext.apply_history_best([]):
         ex = tr.build(copied, CPU, fuse_epilogue=True)
     assert kernels_called(ex)[0] == "tvm_ext_copy_x"
-    assert len([k for k in kernels_called(ex) if "tvm_ext_matmul" in k]) == 6
+    assert len([k for k in kernels_called(ex) if "tvm_ext_matmul" in k]) == 8
     vm = relax.VirtualMachine(ex, tvm.cpu())
     for seed in (5, 6):
         x = np.random.default_rng(seed).standard_normal((B, S, D)).astype("float32")
@@ -379,40 +377,3 @@ def test_a_second_residual_written_first_is_its_matmuls_epilogue():
         ex = tr.build(mod, CPU, fuse_epilogue=True)
     h = x + np.maximum(x @ w1, 0)
     np.testing.assert_allclose(_run(ex, x), h + h @ w2, rtol=1e-4, atol=1e-4)
-
-
-def test_matmuls_of_one_activation_by_constant_weights_are_one_matmul():
-    """``parallel_matmuls_combined``: x [2, 12, 32] times three constant weights (nn.Linear's
-    [N, K], N = 16, 24, 8; two with a bias, one without: the biases stay on the slices), a
-    fourth stored [K, N] (another layout: its own matmul) and a fifth by a weight that is an
-    input (left as written) become two matmuls of x plus the input's; numpy's answer."""
-    from tvm_ext.relax.legalize import parallel_matmuls_combined
-    rng = np.random.default_rng(4)
-    ws = [rng.standard_normal((n, 32)).astype("float32") * 0.2 for n in (16, 24, 8)]
-    bs = [rng.standard_normal(n).astype("float32") for n in (16, 24)]
-    wk = rng.standard_normal((32, 8)).astype("float32") * 0.2
-    x = rng.standard_normal((2, 12, 32)).astype("float32")
-    v = rng.standard_normal((32, 8)).astype("float32")
-    want = np.concatenate([x @ ws[0].T + bs[0], x @ ws[1].T + bs[1], x @ ws[2].T, x @ wk,
-                           x @ v], axis=-1)
-
-    def body(x, v):
-        outs = [R.matmul(x, R.permute_dims(relax.const(w))) for w in ws]
-        outs = [R.add(o, relax.const(b)) for o, b in zip(outs, bs)] + outs[2:]
-        return R.concat(outs + [R.matmul(x, relax.const(wk)), R.matmul(x, v)], axis=-1)
-
-    mod = _function({"x": (2, 12, 32), "v": (32, 8)}, body)
-    text = parallel_matmuls_combined(mod)["main"].script()
-    assert text.count("R.matmul(") == 3 and text.count("R.strided_slice(") == 3, text
-    assert sorted((str(wl), n) for wl, n in tr.extract_tasks(mod, CPU)) == [
-        ("dense 24x48x32 float32 NT", 1), ("dense 24x8x32 float32 NN", 2)]
-    for fuse in (False, True):
-        with tvm_ext.apply_history_best([]):
-            ex = tr.build(mod, CPU, fuse_epilogue=fuse)
-        np.testing.assert_allclose(_run(ex, x, v), want, rtol=1e-4, atol=1e-4)
-    # with every bias there, the biases are added once, to the combined result
-    both = _function({"x": (2, 12, 32)}, lambda x: R.concat(
-        [R.add(R.matmul(x, R.permute_dims(relax.const(w))), relax.const(b))
-         for w, b in zip(ws, bs)], axis=-1))
-    text = parallel_matmuls_combined(both)["main"].script()
-    assert text.count("R.matmul(") == 1 and text.count("R.add(") == 1, text

@@ -32,16 +32,10 @@ GPU_SUITE = {
     "mm1024": Workload.create("dense", (1024, 1024, 1024), layout="NN"),
     "mm8192": Workload.create("dense", (8192, 8192, 8192), layout="NN"),
     # the f32 projections of ``bench.model``'s block (B 4 x S 128 rows, D 768, MLP 4D; nn.Linear:
-    # NT): fewer block tiles than SMs (q, k and v as one: ``parallel_matmuls_combined``)
+    # NT): fewer block tiles than SMs
     "blk_qkvo": Workload.create("dense", (512, 768, 768), layout="NT"),
-    "blk_qkv": Workload.create("dense", (512, 2304, 768), layout="NT"),  # q, k, v as one
     "blk_up": Workload.create("dense", (512, 3072, 768), layout="NT"),
     "blk_down": Workload.create("dense", (512, 768, 3072), layout="NT"),
-    # and the f16 block's (f16 out): 24 to 192 block tiles of 64 rows on 132 SMs
-    "blk_qkvo_f16": _f16("dense", (512, 768, 768)),
-    "blk_qkv_f16": _f16("dense", (512, 2304, 768)),
-    "blk_up_f16": _f16("dense", (512, 3072, 768)),
-    "blk_down_f16": _f16("dense", (512, 768, 3072)),
     "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
     "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
     # The tensor-core suite: small RFC shapes (M x N x K), square GEMMs, attention scores.
