@@ -36,6 +36,10 @@ GPU_SUITE = {
     "blk_qkvo": Workload.create("dense", (512, 768, 768), layout="NT"),
     "blk_up": Workload.create("dense", (512, 3072, 768), layout="NT"),
     "blk_down": Workload.create("dense", (512, 768, 3072), layout="NT"),
+    # and the f16 block's (f16 out): 24 to 192 block tiles of 64 rows on 132 SMs
+    "blk_qkvo_f16": _f16("dense", (512, 768, 768)),
+    "blk_up_f16": _f16("dense", (512, 3072, 768)),
+    "blk_down_f16": _f16("dense", (512, 768, 3072)),
     "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
     "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
     # The tensor-core suite: small RFC shapes (M x N x K), square GEMMs, attention scores.
