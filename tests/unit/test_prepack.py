@@ -214,8 +214,9 @@ def test_build_prepacks_the_weight_of_a_fused_matmul(residual_first):
     """``build(..., fuse_epilogue=True)``: a matmul fused with an epilogue its subgraph task
     names (bias+relu+residual, the residual either operand of its add) runs as one prepacked
     kernel of its task, with the answer of the build that packs at every call, as does
-    bias+tanh+residual; an epilogue no task names (sin) keeps the fused function, which packs
-    its weight itself."""
+    bias+tanh+residual; an epilogue no task names (sin) is split after the named ops before it
+    (``subgraph._unnamed_split``): the prepacked bias kernel, then sin and the residual's add
+    as they are; with ``prepack=False`` the fused function stays whole."""
     rng = np.random.default_rng(6)
     w = rng.standard_normal((97, 64)).astype("float32")  # 97 rows: the last panel overhangs
     bias = rng.standard_normal((97,)).astype("float32")
@@ -239,10 +240,50 @@ def test_build_prepacks_the_weight_of_a_fused_matmul(residual_first):
     got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t) for t in xs))
     np.testing.assert_allclose(got.numpy(), np.tanh(xs[0] @ w.T + bias) + xs[1],
                                rtol=1e-4, atol=1e-4)
+    for prepack, epilogue in ((True, "bias"), (False, "")):
+        with tvm_ext.apply_history_best([]) as ctx:
+            ex = tr.build(_fused_model(w, bias, residual_first, R.sin), CPU,
+                          fuse_epilogue=True, prepack=prepack)
+        assert [c.workload.epilogue for c in ctx.report.choices] == [epilogue]
+        called = kernels_called(ex)
+        assert called[0].endswith("_prepacked") == prepack and len(called) == 1 + 2 * prepack
+        got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t) for t in xs))
+        np.testing.assert_allclose(got.numpy(), np.sin(xs[0] @ w.T + bias) + xs[1],
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_an_epilogue_no_task_names_is_split_off_a_constant_weights_matmul():
+    """``subgraph._unnamed_split`` (CPU): x W^T divided by a tensor (an op first, no named
+    prefix), x W^T + b times a vector (LayerScale: named bias, then the product), both weights
+    constants: the matmuls prepacked, the ops after them kernels of their own; a weight that
+    is an input keeps the fused function. Tasks as the build runs them; numpy's answer."""
+    rng = np.random.default_rng(7)
+    w1, w2 = (rng.standard_normal((40, 24)).astype("float32") * 0.3 for _ in range(2))
+    bias, gamma = rng.standard_normal(40).astype("float32"), rng.uniform(0.5, 2, 40)
+    d = rng.uniform(1, 2, (16, 40)).astype("float32")
+    x = rng.standard_normal((16, 24)).astype("float32")
+    bb = relax.BlockBuilder()
+    xv, wv = relax.Var("x", R.Tensor((16, 24), "float32")), relax.Var("w", R.Tensor((40, 24),
+                                                                                     "float32"))
+    with bb.function("main", [xv, wv]):
+        with bb.dataflow():
+            a = R.divide(R.matmul(xv, R.permute_dims(relax.const(w1))), relax.const(d))
+            b = R.multiply(R.add(R.matmul(xv, R.permute_dims(relax.const(w2))),
+                                 relax.const(bias)), relax.const(gamma.astype("float32")))
+            c = R.divide(R.matmul(xv, R.permute_dims(wv)), relax.const(d))
+            out = bb.emit_output(R.concat([a, b, c], axis=1))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert sorted(wl.epilogue for wl, _ in tr.extract_tasks(mod, CPU, subgraphs=True)) == \
+        ["", "bias"]  # (the matmul by w: "", as the plain one by w1)
     with tvm_ext.apply_history_best([]) as ctx:
-        ex = tr.build(_fused_model(w, bias, residual_first, R.sin), CPU, fuse_epilogue=True)
-    assert [c.workload.epilogue for c in ctx.report.choices] == [""]
-    assert not any(k.endswith("_prepacked") for k in kernels_called(ex))
-    got = relax.VirtualMachine(ex, tvm.cpu())["main"](*(tvm.runtime.tensor(t) for t in xs))
-    np.testing.assert_allclose(got.numpy(), np.sin(xs[0] @ w.T + bias) + xs[1],
-                               rtol=1e-4, atol=1e-4)
+        ex = tr.build(mod, CPU, fuse_epilogue=True)
+    assert sorted(c.workload.epilogue for c in ctx.report.choices) == ["", "", "bias"]
+    called = kernels_called(ex)
+    assert len([k for k in called if k.endswith("_prepacked")]) == 2
+    assert any("divide" in k and "matmul" in k for k in called)  # x w / d: fused as it was
+    w = rng.standard_normal((40, 24)).astype("float32")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x),
+                                                      tvm.runtime.tensor(w)).numpy()
+    want = np.concatenate([x @ w1.T / d, (x @ w2.T + bias) * gamma, x @ w.T / d], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -139,8 +139,9 @@ def main(argv=None) -> int:
                    "read from memory, beside the row's kernel, in turn")
     p.add_argument("--linear", action="store_true",
                    help="also time the lm_head row as a Relax model's nn.Linear (matmul of x and "
-                   "permute_dims of a constant weight), built with and without prepacking, in "
-                   "turn")
+                   "permute_dims of a constant weight), built with and without prepacking, and "
+                   "divided by a tensor with fused epilogues (packed at every call, or split "
+                   "and prepacked), in turn")
     p.add_argument("--target", help="build for this llvm target instead of the host's, e.g. "
                    "'{\"kind\": \"llvm\", \"mcpu\": \"znver3\", \"num-cores\": 2}' (AVX2 "
                    "code on an AVX-512 host)")
@@ -438,8 +439,10 @@ def weight_sweep(wl, log, ns=(256, 512, 1024, 3072, 6144), repeat: int = 15, tar
 def linear_rows(wl, log, repeat: int = 7, target=None) -> dict:
     """{label: (median ms, best ms)} of a dense NT workload as a Relax model's ``nn.Linear``
     (``matmul(x, permute_dims(W))``, W [N, K] a constant) built by ``tvm_ext.relax.build``
-    under ``log``, with ``prepack`` and without (each label names the templates its build
-    used), each checked against numpy and sampled in turn (``cpu._in_turn``)."""
+    under ``log``, with ``prepack`` and without, then divided by a constant tensor D and built
+    with ``fuse_epilogue`` (an epilogue no task names: without ``prepack`` the fused function
+    packs W at every call, with it the division is split off), each label naming the
+    templates its build used, each checked against numpy and sampled in turn."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
@@ -452,21 +455,28 @@ def linear_rows(wl, log, repeat: int = 7, target=None) -> dict:
     rng = np.random.default_rng(0)
     w = rng.uniform(-1, 1, (wl.N, wl.K)).astype(wl.dtype)
     xs = rng.uniform(-1, 1, (wl.M, wl.K)).astype(wl.dtype)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", R.Tensor((wl.M, wl.K), wl.dtype))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(R.matmul(x, R.permute_dims(relax.const(w), [1, 0])))
-        bb.emit_func_output(out)
+    d = rng.uniform(1, 2, (wl.M, wl.N)).astype(wl.dtype)
     calls, arg = {}, host_tensor(xs)
-    for prepack in (False, True):
-        with apply_history_best([log] if log else []) as ctx:
-            ex = build(bb.get(), target or host_cpu_target(), strategy=True, prepack=prepack)
-        main = relax.VirtualMachine(ex, tvm.cpu())["main"]
-        np.testing.assert_allclose(main(arg).numpy(), xs @ w.T, rtol=1e-3, atol=1e-3)
-        used = ", ".join(sorted({c.template for c in ctx.report.choices}))
-        calls[f"{'prepacked at build time' if prepack else 'not prepacked'} ({used})"] = \
-            functools.partial(main, arg)
+    for divided in (False, True):  # then x W^T / D, fused: an epilogue no task names
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", R.Tensor((wl.M, wl.K), wl.dtype))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                out = R.matmul(x, R.permute_dims(relax.const(w), [1, 0]))
+                out = bb.emit_output(R.divide(out, relax.const(d)) if divided else out)
+            bb.emit_func_output(out)
+        for prepack in (False, True):
+            with apply_history_best([log] if log else []) as ctx:
+                ex = build(bb.get(), target or host_cpu_target(), strategy=True,
+                           prepack=prepack, fuse_epilogue=divided)
+            main = relax.VirtualMachine(ex, tvm.cpu())["main"]
+            np.testing.assert_allclose(main(arg).numpy(), xs @ w.T / (d if divided else 1),
+                                       rtol=1e-3, atol=1e-3)
+            used = ", ".join(sorted({c.template for c in ctx.report.choices}))
+            label = "prepacked at build time" if prepack else "not prepacked"
+            if divided:  # prepacked: the division split off (``subgraph._unnamed_split``)
+                label = "/ D, " + ("split, prepacked" if prepack else "fused, packed each call")
+            calls[f"{label} ({used})"] = functools.partial(main, arg)
     return {k: median_best(v, 1e3) for k, v in _in_turn(calls, repeat).items()}
 
 

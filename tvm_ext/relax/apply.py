@@ -217,8 +217,8 @@ def build(mod, target=None, *, relax_pipeline="default", strategy: bool = False,
     if views_for(target, views):  # nn.Linear a dense NT on its weight, [B, S, K] its rows
         mod = matmuls_as_templates(mod)
     epilogues = {}
-    if fuse_epilogue:
-        mod, epilogues = fuse(mod)
+    if fuse_epilogue:  # (CPU: an epilogue not named split off where the weight is packed)
+        mod, epilogues = fuse(mod, split_unnamed=prepack and target.kind.name == "llvm")
     else:
         mod = legalize_as_strategy(mod) if strategy else _relax.transform.LegalizeOps()(mod)
     if target.kind.name == "llvm":

@@ -41,8 +41,8 @@ def extract_tasks(mod, target=None, *, subgraphs: bool = False,
     epilogues = {}
     if views_for(target, views):  # as ``build``: matmuls on views of their operands
         mod = matmuls_as_templates(mod)
-    if subgraphs:
-        mod, epilogues = fuse(mod)
+    if subgraphs:  # as a CPU build splits an epilogue it cannot name
+        mod, epilogues = fuse(mod, split_unnamed=target.kind.name == "llvm")
     else:
         mod = _relax.transform.LegalizeOps()(mod)  # a no-op on a legalized module
     counts = _call_counts(mod)

@@ -24,13 +24,18 @@ _UNARY = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_tanh", "silu": "sil
           "tir_exp": "exp"}
 
 
-def fuse(mod) -> Tuple[object, Dict[str, str]]:
+def fuse(mod, split_unnamed: bool = False) -> Tuple[object, Dict[str, str]]:
     """(the model legalized and fused, {fused PrimFunc name: epilogue}) for every fused
     function whose first op is a matmul and whose other ops are a chain of known
-    elementwise ops."""
+    elementwise ops. ``split_unnamed`` (a CPU build, whose constant weights are packed once):
+    a fused function whose ops cannot all be named and whose weight is a constant is split
+    (``_unnamed_split``) into the matmul with the longest named chain after it, and the rest,
+    which run after it as they are."""
     mod = legalize_as_strategy(mod)
     mod = _relax.transform.AnnotateTIROpPattern()(mod)
     mod = _relax.transform.FuseOps()(mod)
+    if split_unnamed:
+        mod = _unnamed_split(mod)
     epilogues = {}
     for gv, f in mod.functions.items():
         if isinstance(f, _relax.Function) and f.attrs is not None and \
@@ -41,6 +46,119 @@ def fuse(mod) -> Tuple[object, Dict[str, str]]:
     mod = tvm.transform.Sequential([_relax.transform.FuseTIR(),
                                     _relax.transform.DeadCodeElimination()])(mod)
     return mod, epilogues
+
+
+def _unnamed_split(mod):
+    """``mod`` (after FuseOps) with each call of a fused function whose epilogue cannot be
+    named (``_epilogue_of``: None), whose first op is a matmul of a weight the caller passes
+    as a constant, split: the matmul and the longest chain of named ops after it stay one
+    fused function (its epilogue named: a kernel whose weight is packed once), the other ops
+    are the caller's own calls after it. Such a function's kernel was a schedule of the fused
+    blocks, which packs the weight at every call (a dense followed by a division by a
+    tensor, a LayerScale's product with a vector, ...)."""
+    plans = {}
+    for gv, f in mod.functions.items():
+        if not (isinstance(f, _relax.Function) and f.attrs is not None and
+                f.attrs.get("Primitive", False)) or _epilogue_of(mod, f):
+            continue
+        calls = _calls(f)
+        if not calls or len(calls) < 2 or match_matmul(mod[calls[0][1]]) is None or \
+                len(calls[0][2]) < 2 or not any(calls[0][2][1].same_as(p) for p in f.params):
+            continue
+        n = _named_prefix(mod, calls)
+        if n < len(calls) - 1:  # (an op after the named ones: always, as it is not named)
+            plans[gv] = (f, calls, n)
+    if not plans:
+        return mod
+    bb = _relax.BlockBuilder(mod)
+    prefixes = {}
+
+    def prefix_of(gv):
+        """The fused function of the matmul and its named chain (None: the matmul alone)."""
+        if gv not in prefixes:
+            f, calls, n = plans[gv]
+            prefixes[gv] = None
+            if n:
+                kept = calls[:n + 1]
+                used = [p for p in f.params
+                        if any(a.same_as(p) for _, _, args in kept for a in args)]
+                bindings = _bindings(f)[:n + 1]
+                out = _relax.Var(bindings[-1].var.name, _tensor_type(bindings[-1].var))
+                bindings[-1] = _relax.VarBinding(out, bindings[-1].value)  # its output
+                body = _relax.SeqExpr([_relax.DataflowBlock(bindings)], out)
+                func = _relax.Function(used, body, _tensor_type(out), True, f.attrs)
+                func = _relax.utils.copy_with_new_vars(func)  # its own vars, not ``f``'s
+                name = "fused_" + "_".join(c.name_hint for _, c, _ in kept)
+                prefixes[gv] = (bb.add_func(func, name), used)
+        return prefixes[gv]
+
+    def split(binding, dataflow: bool):
+        value = binding.value
+        new_var = _relax.DataflowVar if dataflow else _relax.Var
+        if not (isinstance(value, _relax.Call) and isinstance(value.op, tvm.ir.GlobalVar) and
+                value.op in plans):
+            return [binding]
+        f, calls, n = plans[value.op]
+        args = dict(zip(f.params, value.args))
+        weight = args[calls[0][2][1]]
+        if not isinstance(weight, tvm.ir.expr.Constant):
+            return [binding]  # a weight computed at run time: packed at every call anyway
+        out, names = [], dict(args)
+        first = 0
+        if n:
+            gv, used = prefix_of(value.op)
+            var = new_var(calls[n][0].name, _tensor_type(calls[n][0]))
+            out.append(_relax.VarBinding(var, _relax.Call(gv, [args[p] for p in used])))
+            names[calls[n][0]] = var
+            first = n + 1
+        bindings = _bindings(f)
+        for i in range(first, len(calls)):
+            b = bindings[i]
+            var = binding.var if i == len(calls) - 1 else \
+                new_var(b.var.name, _tensor_type(b.var))
+            tup = _relax.Tuple([names.get(a, a) for a in calls[i][2]])
+            out.append(_relax.VarBinding(var, _relax.Call(
+                b.value.op, [b.value.args[0], tup], b.value.attrs, b.value.ty_args)))
+            names[b.var] = var
+        return out
+
+    for gv, func in list(mod.functions.items()):
+        if not isinstance(func, _relax.Function) or gv in plans or \
+                (func.attrs is not None and func.attrs.get("Primitive", False)):
+            continue
+        blocks = []
+        for block in func.body.blocks:
+            dataflow = isinstance(block, _relax.DataflowBlock)
+            new = [nb for b in block.bindings for nb in split(b, dataflow)]
+            blocks.append(type(block)(new) if len(new) != len(block.bindings) else block)
+        if any(not a.same_as(b) for a, b in zip(blocks, func.body.blocks)):
+            bb.update_func(gv, _relax.Function(func.params, _relax.SeqExpr(
+                blocks, func.body.body), func.ret_ty, func.is_pure, func.attrs))
+    return _relax.transform.DeadCodeElimination()(bb.get())
+
+
+def _bindings(f) -> list:
+    """The bindings of a fused function's body, every block's, in order (``_calls``'s)."""
+    return [b for block in f.body.blocks for b in block.bindings]
+
+
+def _named_prefix(mod, calls) -> int:
+    """How many ops after the matmul of ``calls`` (``_calls``) form a chain that
+    ``_epilogue_of`` names."""
+    out_shape = _static_shape(calls[0][0])
+    prev, n = calls[0][0], 0
+    for var, callee, args in calls[1:]:
+        name = re.sub(r"\d+$", "", callee.name_hint)
+        if args and args[0].same_as(prev):
+            others = args[1:]
+        elif name in ("add", "multiply") and len(args) == 2 and args[1].same_as(prev):
+            others = args[:1]
+        else:
+            break
+        if _op(mod[callee], name, others, out_shape, _tensor_type(var)) is None:
+            break
+        prev, n = var, n + 1
+    return n
 
 
 def _calls(f):
