@@ -287,3 +287,17 @@ def test_an_epilogue_no_task_names_is_split_off_a_constant_weights_matmul():
                                                       tvm.runtime.tensor(w)).numpy()
     want = np.concatenate([x @ w1.T / d, (x @ w2.T + bias) * gamma, x @ w.T / d], axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # (x W^T + b) / (m m + 1), m = x W^T: an op after the bias reads the matmul's own result
+    bb = relax.BlockBuilder()
+    with bb.function("main", [xv]):
+        with bb.dataflow():
+            m = bb.emit(R.matmul(xv, R.permute_dims(relax.const(w1))))
+            out = bb.emit_output(R.divide(R.add(m, relax.const(bias)),
+                                          R.add(R.multiply(m, m), R.const(1.0, "float32"))))
+        bb.emit_func_output(out)
+    with tvm_ext.apply_history_best([]):
+        ex = tr.build(bb.get(), CPU, fuse_epilogue=True)
+    assert kernels_called(ex)[0].endswith("_prepacked")
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    m = x @ w1.T
+    np.testing.assert_allclose(got, (m + bias) / (m * m + 1), rtol=1e-4, atol=1e-4)

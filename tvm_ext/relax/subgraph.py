@@ -66,6 +66,9 @@ def _unnamed_split(mod):
                 len(calls[0][2]) < 2 or not any(calls[0][2][1].same_as(p) for p in f.params):
             continue
         n = _named_prefix(mod, calls)
+        inner = [v for v, _, _ in calls[:n]]  # (a later op reading one: no prefix function)
+        if any(a.same_as(v) for _, _, args in calls[n + 1:] for a in args for v in inner):
+            n = 0
         if n < len(calls) - 1:  # (an op after the named ones: always, as it is not named)
             plans[gv] = (f, calls, n)
     if not plans:
