@@ -50,12 +50,11 @@ def fuse(mod, split_unnamed: bool = False) -> Tuple[object, Dict[str, str]]:
 
 def _unnamed_split(mod):
     """``mod`` (after FuseOps) with each call of a fused function whose epilogue cannot be
-    named (``_epilogue_of``: None), whose first op is a matmul of a weight the caller passes
-    as a constant, split: the matmul and the longest chain of named ops after it stay one
-    fused function (its epilogue named: a kernel whose weight is packed once), the other ops
-    are the caller's own calls after it. Such a function's kernel was a schedule of the fused
-    blocks, which packs the weight at every call (a dense followed by a division by a
-    tensor, a LayerScale's product with a vector, ...)."""
+    named (``_epilogue_of``), whose first op is a matmul of a constant weight, split: the
+    matmul and the longest named chain after it stay one fused function (a kernel whose weight
+    is packed once), the other ops are the caller's calls after it. Such a function's kernel
+    was a schedule of the fused blocks, which packed the weight at every call (a division by
+    a tensor, a LayerScale's product with a vector, ...)."""
     plans = {}
     for gv, f in mod.functions.items():
         if not (isinstance(f, _relax.Function) and f.attrs is not None and
