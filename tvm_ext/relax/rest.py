@@ -108,10 +108,9 @@ def warp_rows_rule():
 
         def _schedule(self, sch):
             infos = try_inline_contiguous_spatial(sch, normalize_prim_func(sch))
-            if not infos or len(infos) < 2 or not _row_reduction(sch, infos):
+            n_s = _row_reduction(sch, infos) if infos and len(infos) >= 2 else 0
+            if not n_s:
                 return None
-            kind = infos[0].dom_kind()
-            n_s = len(kind) - len(kind.lstrip("S"))
             loops = sch.get_loops(infos[-1].block_rv)
             extents = [int(sch.get(loop).extent) for loop in loops]
             row, rows = math.prod(extents[n_s:]), math.prod(extents[:n_s])
@@ -130,7 +129,7 @@ def warp_rows_rule():
                 for i, _ in enumerate(sch.get(block).writes):
                     sch.set_scope(block, i, "local")  # every lane holds the row's result
                 sch.compute_at(block, ty, preserve_unit_loops=True)
-                r, tx = sch.split(sch.fuse(*sch.get_loops(block)[-(len(kind) - n_s):]),
+                r, tx = sch.split(sch.fuse(*sch.get_loops(block)[-(len(extents) - n_s):]),
                                   [None, LANES])
                 sch.reorder(tx, r)
                 sch.bind(tx, "threadIdx.x")
@@ -140,28 +139,28 @@ def warp_rows_rule():
     return WarpRows()
 
 
-def _row_reduction(sch, infos) -> bool:
-    """Whether ``infos`` (dlight's block infos, contiguous spatial blocks inlined) are
-    reductions over the same static space, leading axes spatial and trailing axes reduced, then
-    one elementwise block over that space that reads each reduction's result at its own leading
-    indices."""
+def _row_reduction(sch, infos) -> int:
+    """The number of leading spatial axes where ``infos`` (dlight's block infos, contiguous
+    spatial blocks inlined) are reductions over the same static space, leading axes spatial and
+    trailing axes reduced, then one elementwise block over that space that reads each
+    reduction's result at its own leading indices; else 0."""
     kind = infos[0].dom_kind()
     n_s = len(kind) - len(kind.lstrip("S"))
     if n_s == 0 or n_s == len(kind) or kind != "S" * n_s + "R" * (len(kind) - n_s):
-        return False
+        return 0
     last = infos[-1]
     if any(b.dom_kind() != kind for b in infos[:-1]) or not last.is_injective() or \
             len(last.dom_kind()) != len(kind):
-        return False
+        return 0
     spaces = []
     for info in (infos[0], last):
         extents = [sch.get(loop).extent for loop in sch.get_loops(info.block_rv)]
         if len(extents) != len(kind) or \
                 not all(isinstance(e, tvm.tirx.IntImm) for e in extents):
-            return False
+            return 0
         spaces.append([int(e) for e in extents])
     if spaces[0] != spaces[1]:
-        return False
+        return 0
     block = sch.get(last.block_rv)
     lead = [iv.var for iv in block.iter_vars[:n_s]]
     reduced = {w.source for info in infos[:-1] for w in sch.get(info.block_rv).writes}
@@ -169,8 +168,8 @@ def _row_reduction(sch, infos) -> bool:
         if read.source in reduced:
             if len(read.region) != n_s or not all(
                     r.min.same_as(v) and int(r.extent) == 1 for r, v in zip(read.region, lead)):
-                return False
-    return True
+                return 0
+    return n_s
 
 
 def schedule_rest(mod, target):

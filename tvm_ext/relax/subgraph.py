@@ -64,7 +64,7 @@ def _unnamed_split(mod):
         if not calls or len(calls) < 2 or match_matmul(mod[calls[0][1]]) is None or \
                 len(calls[0][2]) < 2 or not any(calls[0][2][1].same_as(p) for p in f.params):
             continue
-        n = _named_prefix(mod, calls)
+        n = len(_named_chain(mod, calls))
         inner = [v for v, _, _ in calls[:n]]  # (a later op reading one: no prefix function)
         if any(a.same_as(v) for _, _, args in calls[n + 1:] for a in args for v in inner):
             n = 0
@@ -144,23 +144,26 @@ def _bindings(f) -> list:
     return [b for block in f.body.blocks for b in block.bindings]
 
 
-def _named_prefix(mod, calls) -> int:
-    """How many ops after the matmul of ``calls`` (``_calls``) form a chain that
-    ``_epilogue_of`` names."""
+def _named_chain(mod, calls) -> list:
+    """The epilogue ops named (``_op``) of the longest chain on the matmul's result that
+    ``calls`` (``_calls``, the matmul first) hold after the matmul, up to the first op that is
+    not on the chain or has no name."""
     out_shape = _static_shape(calls[0][0])
-    prev, n = calls[0][0], 0
+    ops, prev = [], calls[0][0]
     for var, callee, args in calls[1:]:
         name = re.sub(r"\d+$", "", callee.name_hint)
         if args and args[0].same_as(prev):
             others = args[1:]
         elif name in ("add", "multiply") and len(args) == 2 and args[1].same_as(prev):
-            others = args[:1]
+            others = args[:1]  # x + the chain (a residual written first), x * the chain
         else:
+            break  # not a chain on the matmul's result
+        op = _op(mod[callee], name, others, out_shape, _tensor_type(var))
+        if op is None:
             break
-        if _op(mod[callee], name, others, out_shape, _tensor_type(var)) is None:
-            break
-        prev, n = var, n + 1
-    return n
+        ops.append(op)
+        prev = var
+    return ops
 
 
 def _calls(f):
@@ -177,28 +180,10 @@ def _calls(f):
 
 def _epilogue_of(mod, f) -> Optional[str]:
     calls = _calls(f)
-    if not calls or len(calls) < 2:
+    if not calls or len(calls) < 2 or match_matmul(mod[calls[0][1]]) is None:
         return None
-    var, callee, _ = calls[0]
-    if match_matmul(mod[callee]) is None:
-        return None
-    out_shape = _static_shape(var)
-    ops = []
-    prev = var
-    for var, callee, args in calls[1:]:
-        name = re.sub(r"\d+$", "", callee.name_hint)
-        if args and args[0].same_as(prev):
-            others = args[1:]
-        elif name in ("add", "multiply") and len(args) == 2 and args[1].same_as(prev):
-            others = args[:1]  # x + the chain (a residual written first), x * the chain
-        else:
-            return None  # not a chain on the matmul's result
-        op = _op(mod[callee], name, others, out_shape, _tensor_type(var))
-        if op is None:
-            return None
-        ops.append(op)
-        prev = var
-    return "+".join(ops)
+    ops = _named_chain(mod, calls)
+    return "+".join(ops) if len(ops) == len(calls) - 1 else None
 
 
 def _op(prim, name, others, out_shape, out_type) -> Optional[str]:
