@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from .ops.common import blocks_by_shared_memory
 from .ops.cuda_mma_direct import direct_regs, direct_smem_bytes
 from .ops.cuda_sgemm import sgemm_smem_bytes
 from .target import device_facts
@@ -209,9 +210,7 @@ def _occupancy(threads: int, regs_per_thread: int, smem: int, f) -> int:
     regs = min(-(-max(regs_per_thread, 32) // 8) * 8, 65536 // max(threads, 1) // 8 * 8)
     by_threads = 2048 // max(threads, 1)
     by_regs = 65536 // max(threads * regs, 1)
-    per_sm = f.get("max_shared_memory_optin", 232448) + 1024
-    by_smem = per_sm // (smem + 1024) if smem else 32
-    return max(0, min(by_threads, by_regs, by_smem, 32))
+    return max(0, min(by_threads, by_regs, blocks_by_shared_memory(smem, f), 32))
 
 
 def _spill(threads: int, regs_per_thread: int) -> float:

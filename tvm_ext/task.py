@@ -187,10 +187,11 @@ class Task:
     def launch(self, func, config):
         """A scheduled PrimFunc of ``config`` as it is built: with ``dependent_launch``, every
         kernel opens with the grid-dependency wait and is launched with PDL, unless the
-        template's ``early_launch`` says that the config's kernel should not be."""
+        template's ``early_launch`` says that the config's kernel should not be (a shape
+        family's kernel, whose grid follows the shapes it is called on, is launched early)."""
         rule = getattr(self.template, "early_launch", None)
-        if not self.dependent_launch or rule is not None and \
-                not rule(self.workload, config, self.facts):
+        if not self.dependent_launch or rule is not None and not self.symbolic and \
+                not rule(self.workload, self.space.names_of(config), self.facts):
             return func
         return codegen.with_dependent_launch(func)
 

@@ -265,8 +265,9 @@ class KernelTemplate(Template):
     # Whether its kernel computes a subgraph task's epilogue in its write-back
     # (``epilogue_value``; the epilogue's inputs are parameters between B and C).
     epilogues: bool = False
-    # (workload, config, facts) -> whether a config's kernel may be launched early with
-    # programmatic dependent launch where the target has it (``Task.launch``); None: always
+    # (workload, names, facts) -> whether a config's kernel may be launched early with
+    # programmatic dependent launch where the target has it (``Task.launch``; names: the
+    # config's knob values and the space's let terms, ``ConfigSpace.names_of``); None: always
     early_launch: Optional[Callable] = None
 
     def __post_init__(self):

@@ -1,6 +1,7 @@
 """Programmatic dependent launch (tvm_ext/codegen.py): on sm_90 every kernel of every CUDA
 template opens with griddepcontrol.wait before it touches global memory and is launched with
-TVM's PDL flag (the SGEMM's where its grid is at most one block an SM); not on sm_80, nor with
+TVM's PDL flag (the SGEMM's where its grid is at most one block an SM; the wgmma kernel's unless
+its grid is at most one block an SM and an SM holds two of its blocks); not on sm_80, nor with
 TVM_EXT_PDL=0."""
 import re
 
@@ -63,6 +64,33 @@ def test_sgemm_launches_early_only_a_grid_of_one_block_an_sm(shape, early, tmp_p
     wl = Workload.create("dense", shape, layout="NT", epilogue="bias+gelu_tanh")
     values = dict(block_m=64, block_n=64 if early else 128, slice_k=4 if early else 1)
     src, lib = _build("dense_sgemm.cuda", wl, values, "sm_90", tmp_path)
+    assert ("griddepcontrol" in src) == early
+    assert lib.count(PDL_TAG.encode()) == (1 if early else 0)
+
+
+@pytest.mark.parametrize("shape,values,early", [
+    ((512, 768, 3072), {}, True),  # the fallback: a 128 KB ring, one block an SM
+    ((512, 768, 3072), {"block_k": 64, "stages": 4}, False),  # 64 KB: 3 an SM, 96 blocks
+    ((512, 768, 3072), {"block_n": 128, "block_k": 64, "stages": 4}, False),  # 96 KB: 2, 48
+    ((512, 3072, 768), {"block_n": 128, "block_k": 64, "stages": 4}, True),  # 192 blocks
+], ids=["fallback", "ring_64k", "ring_96k", "two_waves"])
+def test_wgmma_launches_early_no_grid_whose_blocks_could_pile_up(shape, values, early,
+                                                                 tmp_path):
+    """dense_wgmma.cuda, the f16 block's down projection (512x768x3072: 96 blocks of 64 x 64
+    on 132 SMs): launched early with a 64 KB ring, its blocks piled up on the SMs the up
+    projection left free (19.1 us in the block against 10.5 not launched early, H200). Its
+    fallback takes a ring that an SM holds once (launched early: 10.0 us); a grid of at most
+    one block an SM whose SMs hold two or more is launched without PDL; a larger grid with
+    it (the up projection, 192 blocks: 7.7 us with, 8.3 without)."""
+    from tvm_ext.ops.cuda_wgmma import one_block_an_sm
+    wl = Workload.create("dense", shape, "float16", "float16", layout="NT",
+                         epilogue="bias+residual")
+    task = Task(wl, cuda_target("sm_90"), template="dense_wgmma.cuda")
+    fallback = task.fallback_config()
+    if shape[1] == 768:
+        assert (fallback["block_k"].val, fallback["stages"].val) == (128, 4)
+        assert one_block_an_sm(task.space.names_of(fallback), task.facts)
+    src, lib = _build("dense_wgmma.cuda", wl, values, "sm_90", tmp_path)
     assert ("griddepcontrol" in src) == early
     assert lib.count(PDL_TAG.encode()) == (1 if early else 0)
 

@@ -149,6 +149,14 @@ def largest_factor(n: int, at_most: int, multiple_of: int = 1) -> int:
 
 
 
+def blocks_by_shared_memory(smem: int, facts) -> int:
+    """Blocks of ``smem`` bytes of shared memory each that one SM holds at once: on sm_80 and
+    sm_90 an SM's shared memory is the per-block opt-in maximum plus 1 KB, and every resident
+    block reserves 1 KB of it."""
+    per_sm = facts.get("max_shared_memory_optin", 232448) + 1024
+    return per_sm // (smem + 1024) if smem else 32
+
+
 def fallback_raster(wl, facts, tm, tn, below_column: bool = False):
     """Group the launch order only where one batch's grid is more than a wave of the SMs (then
     a wave sweeps a square of about sqrt(SMs) x sqrt(SMs) tiles instead of whole rows).

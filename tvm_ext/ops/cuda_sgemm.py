@@ -353,7 +353,7 @@ def check_sgemm(wl, facts):
     return None
 
 
-def early_launch(wl, cfg, facts) -> bool:
+def early_launch(wl, names, facts) -> bool:
     """Programmatic dependent launch only for a grid of at most one block an SM. Launched
     early, a kernel's blocks are placed while the kernel before it still holds part of the
     GPU. The f32 block's up projection (192 blocks of 64 x 128, up to 3 an SM) after the
@@ -362,7 +362,7 @@ def early_launch(wl, cfg, facts) -> bool:
     on an idle GPU) would cost; the placement itself was not observed. Grids within one block
     an SM, where launch latency matters, keep it (the whole block 0.345 ms with, 0.355
     without)."""
-    blocks = wl.batch * (wl.M // cfg["block_m"].val) * (wl.N // cfg["block_n"].val)
+    blocks = wl.batch * (wl.M // names["block_m"]) * (wl.N // names["block_n"])
     return blocks <= facts["num_sms"]
 
 

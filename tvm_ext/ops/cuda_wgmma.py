@@ -59,7 +59,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
-from .common import fallback_raster, kernel_attrs
+from .common import blocks_by_shared_memory, fallback_raster, kernel_attrs
 
 #: The 128-byte swizzle: one shared row holds 64 f16 of K; 8 rows make a 1024-byte atom.
 ROW_K = 64
@@ -335,7 +335,9 @@ def fallback_wgmma(space, wl, facts):
     staged through shared memory. (Taking the largest tile where none fills the SMs left
     transformer-sized GEMMs on a few blocks: f16 512x768x3072, 12 blocks of 128 x 256 on the
     H200's 132 SMs, 38 us against cuBLAS's 5; ``bench.model --target cuda --profile``,
-    docs/BENCHMARKS.md.)"""
+    docs/BENCHMARKS.md.) A grid of at most one block an SM takes the shallowest ring of the
+    space that one SM holds only once (``one_block_an_sm``), so that it keeps its early launch
+    (``early_launch``)."""
     best = None
     for wg, bn in ((2, 256), (2, 128), (1, 128), (1, 64)):  # tiles from the largest
         if wl.M % (64 * wg) or wl.N % bn:
@@ -345,15 +347,48 @@ def fallback_wgmma(space, wl, facts):
             break
     wg, bn = best
     stages = min(4, facts["max_shared_memory_optin"] // ((64 * wg + bn) * ROW_K * 2))
-    return {"warpgroups": wg, "block_n": bn, "block_k": ROW_K, "stages": stages,
-            "wgmma_wait": 1, "raster": fallback_raster(wl, facts, 64 * wg, bn), "stage_c": 1}
+    values = {"warpgroups": wg, "block_n": bn, "block_k": ROW_K, "stages": stages,
+              "wgmma_wait": 1, "raster": fallback_raster(wl, facts, 64 * wg, bn), "stage_c": 1}
+    if _blocks(wl, 64 * wg, bn) <= facts["num_sms"]:
+        for block_k, stages in ((ROW_K, 4), (ROW_K, 5), (2 * ROW_K, 3), (2 * ROW_K, 4),
+                                (2 * ROW_K, 5)):
+            deeper = {**values, "block_k": block_k, "stages": stages}
+            cfg = space.config_from_values(deeper)
+            if not space.violations(cfg) and one_block_an_sm(space.names_of(cfg), facts):
+                return deeper
+    return values
+
+
+def _blocks(wl, block_m, block_n) -> int:
+    return wl.batch * (wl.M // block_m) * (wl.N // block_n)
+
+
+def one_block_an_sm(names, facts) -> bool:
+    """Whether an SM holds at most one block of a config (``names``: its knobs and let terms):
+    its shared memory, the ring or the C tile on its bytes, more than half the SM's."""
+    return blocks_by_shared_memory(max(names["ab_smem_bytes"], names["c_smem_bytes"]),
+                                   facts) == 1
+
+
+def early_launch(wl, names, facts) -> bool:
+    """Programmatic dependent launch, but not for a grid of at most one block an SM whose
+    blocks an SM holds two or more of. Launched early, a grid's blocks are placed while the
+    kernel before it still holds part of the GPU, and such blocks can pile up on the SMs
+    left free instead of taking one SM each: the f16 block's down projection (512x768x3072,
+    96 blocks of 64 x 64 on 132 SMs, a 64 KB ring: 3 an SM) after the up projection (192
+    blocks) took 19.1 us in the block launched early, 10.5 not, and 10.0 launched early with
+    a 128 KB ring (one an SM; H200, CUDA graphs, docs/BENCHMARKS.md). Grids of more blocks
+    than SMs keep it (the up projection 7.7 us with it, 8.3 without)."""
+    return _blocks(wl, names["block_m"], names["block_n"]) > facts["num_sms"] or \
+        one_block_an_sm(names, facts)
 
 
 def _template(op):
     return KernelTemplate(
         name=f"{op}_wgmma.cuda", op=op, target_kind="cuda", kernel=kernel_from_config,
         fallback=fallback_wgmma, check=check_wgmma, dtypes=("float16", "bfloat16"), priority=4,
-        symbolic=True, granular=True, family_check=family_check, epilogues=True)
+        symbolic=True, granular=True, family_check=family_check, epilogues=True,
+        early_launch=early_launch)
 
 
 DENSE_WGMMA = _template("dense")
