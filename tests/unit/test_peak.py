@@ -140,12 +140,32 @@ def test_gemv_rows_time_numpy_ours_and_the_read_floor_after_checking_them():
     from tvm_ext.workload import Workload
     for k in (256, 100):
         wl = Workload.create("dense", (1, 96, k), layout="NT")
-        rows = peak.gemv_rows(wl, None, repeat=2)
+        rows = peak.gemv_rows(wl, None, repeat=2, back_to_back=k == 256)
         labels = list(rows)
         assert labels[:2] == ["numpy", "ours (dense_gemv.x86, fallback)"]
         assert labels[2] in ("ours, weight on 4 KB pages", "ours, weight on huge pages")
-        assert labels[3:] == ["reading the weight alone"]
+        assert labels[3:len(labels) // (2 if k == 256 else 1)] == ["reading the weight alone"]
+        if k == 256:  # each row again, timed call by call after calls of its own
+            assert labels[4:] == [f"{label}, back to back" for label in labels[:4]]
         assert all(0 < best <= med for med, best in rows.values())
+
+
+def test_warm_rows_time_each_call_alone_after_calls_of_its_own():
+    """``warm_rows``: per call, ``warm`` untimed calls then ``timed`` timed one by one, each
+    label in turn, ``rounds`` times; (median, best) in ms of the timed ones."""
+    import time
+    made = []
+
+    def call(label, s):
+        def fn():
+            made.append(label)
+            time.sleep(s)
+        return fn
+
+    rows = peak.warm_rows({"a": call("a", 0.001), "b": call("b", 0.003)}, warm=3, timed=4,
+                          rounds=2)
+    assert made == (["a"] * 7 + ["b"] * 7) * 2
+    assert 1.0 <= rows["a"][1] <= rows["a"][0] < rows["b"][0] and rows["b"][1] >= 3.0
 
 
 def test_weight_sweep_times_the_rows_config_on_each_width_after_checking_it():

@@ -13,12 +13,13 @@ is: ``prepacked_rows``; and the time that only writing each row's output takes: 
 the row's floor wherever it is bound by its stores, as the bmm row's 100 MB output of 64-deep sums
 is). ``--gemv``: the matrix-vector row against the time that only reading its weight takes
 (``read_kernel``), sampled in turn with numpy's and ours: a row that reads each weight element once
-for one FMA is bound by the memory, not by the FMAs. ``--weights``: the dense row's kernel on the
-same M and K with N from 256 to 6144 columns, its weight packed at every call and packed ahead, in
-turn (``weight_sweep``): its share of the peak as its weight outgrows the caches. ``--ladder``:
-each large row's micro-kernel (its config's register tile and K step) with its operands at two
-distances, beside the row's kernel, in turn (``ladder``): A and B in L1, and A's rows read from
-memory as the row's kernel reads them.
+for one FMA is bound by the memory, not by the FMAs; then each timed call by call after 200 calls
+of its own (``warm_rows``: a weight the size of the last-level cache stays there in part).
+``--weights``: the dense row's kernel on the same M and K with N from 256 to 6144 columns, its
+weight packed at every call and packed ahead, in turn (``weight_sweep``): its share of the peak
+as its weight outgrows the caches. ``--ladder``: each large row's micro-kernel (its config's
+register tile and K step) with its operands at two distances, beside the row's kernel, in turn
+(``ladder``): A and B in L1, and A's rows read from memory as the row's kernel reads them.
 
     python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--weights] [--ladder]
         [--target T]
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+import time
 
 from ..host_memory import host_empty, host_tensor
 from .common import median_best, rates, time_calls
@@ -130,7 +132,7 @@ def main(argv=None) -> int:
                    "ours and numpy's sampled in turn")
     p.add_argument("--gemv", action="store_true",
                    help="also time the CPU bench's gemv row, numpy's, and reading the weight "
-                   "alone, in turn")
+                   "alone, in turn, then each call by call after 200 calls of its own")
     p.add_argument("--weights", action="store_true",
                    help="also run the dense row's kernel with N from 256 to 6144 (its weight "
                    "from 0.8 to 19 MB), packed at every call and packed ahead, in turn")
@@ -229,13 +231,15 @@ def main(argv=None) -> int:
         wl = CPU_SUITE["gemv"]
         rows = gemv_rows(wl, shipped, repeat=max(15, args.repeat), target=target)
         floor = rows["reading the weight alone"]
+        warm_floor = rows["reading the weight alone, back to back"]
         mb = wl.N * wl.K * 4 / 1e6
         print(f"gemv {wl.M}x{wl.N}x{wl.K}: its {mb:.1f} MB weight read once, sampled in turn "
               f"(median ms, best; GB/s of the weight at the median; the floor's median / the "
-              f"row's)")
+              f"row's); then back to back: each call timed alone after 200 of its own")
         for name, (med, best) in rows.items():
-            print(f"  {name:<32} {med:7.3f} ms  best {best:7.3f}  {mb / med:6.1f} GB/s  "
-                  f"{floor[0] / med:5.2f} of the floor")
+            ref = warm_floor if name.endswith("back to back") else floor
+            print(f"  {name:<46} {med:7.3f} ms  best {best:7.3f}  {mb / med:6.1f} GB/s  "
+                  f"{ref[0] / med:5.2f} of the floor")
     return 0
 
 
@@ -321,11 +325,12 @@ def read_kernel(wl, lanes: int, target, rows: int = 8):
     return compile_module(sch.mod, target)["main"]
 
 
-def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
+def gemv_rows(wl, log, repeat: int = 15, target=None, back_to_back: bool = True) -> dict:
     """{label: (median ms, best ms)} of numpy's ``a @ w.T``, our kernel of ``wl`` under ``log``
     (its weight on huge pages, ``host_tensor``, and on TVM's own 4 KB pages) and
     ``read_kernel`` (the floor), sampled in turn as the CPU bench samples (``cpu._in_turn``:
-    each sample after idle time)."""
+    each sample after idle time); with ``back_to_back``, also each one's calls timed one by
+    one after many of its own (``warm_rows``)."""
     import numpy as np  # noqa: PLC0415
     import tvm  # noqa: PLC0415
 
@@ -353,12 +358,33 @@ def gemv_rows(wl, log, repeat: int = 15, target=None) -> dict:
     kernel(*tvm_own)
     np.testing.assert_array_equal(tvm_own[2].numpy(), args[2].numpy())
     tag = "tuned" if kernel.choice.tuned else "fallback"
-    samples = _in_turn({"numpy": lambda: a @ w.T,
-                        f"ours ({kernel.task.name}, {tag})": functools.partial(kernel, *args),
-                        f"ours, weight on {_pages(tvm_own[1])}": functools.partial(kernel,
-                                                                                   *tvm_own),
-                        "reading the weight alone": functools.partial(floor, W, sums)}, repeat)
-    return {k: median_best(v, 1e3) for k, v in samples.items()}
+    calls = {"numpy": lambda: a @ w.T,
+             f"ours ({kernel.task.name}, {tag})": functools.partial(kernel, *args),
+             f"ours, weight on {_pages(tvm_own[1])}": functools.partial(kernel, *tvm_own),
+             "reading the weight alone": functools.partial(floor, W, sums)}
+    samples = _in_turn(calls, repeat)
+    rows = {k: median_best(v, 1e3) for k, v in samples.items()}
+    if back_to_back:
+        rows.update({f"{k}, back to back": v for k, v in warm_rows(calls).items()})
+    return rows
+
+
+def warm_rows(calls: dict, warm: int = 200, timed: int = 300, rounds: int = 2) -> dict:
+    """{label: (median ms, best ms)} of each call timed one by one, ``timed`` calls after
+    ``warm`` untimed ones of its own, ``rounds`` times in turn: the row's weight as far into
+    the caches as it stays across calls. (A weight the size of the last-level cache stays in
+    part, and how much depends on what ran before: the in-turn samples of ``gemv_rows`` start
+    after the other library's weight went through the caches.)"""
+    times = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, fn in calls.items():
+            for _ in range(warm):
+                fn()
+            for _ in range(timed):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+    return {k: median_best(v, 1e3) for k, v in times.items()}
 
 
 def _pages(tensor) -> str:
