@@ -22,9 +22,10 @@ to launch the kernels with the programmatic-serialization attribute. TVM gives t
 every kernel of the function, so a kernel that it cannot open with the wait (one nested under a
 statement it does not know) is an error, never a kernel launched early without its wait.
 Without the attribute (an older GPU, or a launch that did not ask), both instructions do
-nothing. A template may keep a config's kernel from launching early (``early_launch``): the
-SGEMM launches early only a grid of at most one block an SM (a larger grid, launched while the
-previous kernel held part of the GPU, ran 1.4x slower).
+nothing. A template may keep a config's kernel from launching early (``early_launch``): blocks
+placed while the previous kernel holds part of the GPU can pile up on the SMs it left free. The
+SGEMM launches early only a grid of at most one block an SM (a larger grid ran 1.4x slower);
+the wgmma kernel no grid of at most one block an SM whose SM holds two of its blocks (2x).
 
 **CPU register tiles on the stack.** TVM puts a CPU buffer of 1024 bytes or more
 (``runtime::kMaxStackAlloca``) in a heap workspace (``TVMBackendAllocWorkspace``), which LLVM

@@ -95,6 +95,33 @@ def test_wgmma_launches_early_no_grid_whose_blocks_could_pile_up(shape, values, 
     assert lib.count(PDL_TAG.encode()) == (1 if early else 0)
 
 
+def test_wgmma_rule_counts_the_batch_and_the_shared_memory_an_sm_holds(tmp_path):
+    """The grid counts the batch: attention's second product (48 x 2 x 1 blocks) takes a
+    128 KB ring and is launched early, not with 64 KB; its first (48 x 2 x 2) is, with 64 KB;
+    a shape family's kernel (its grid follows the shapes it is called on) keeps the 64-deep
+    ring and its early launch. An SM holds two blocks of 113 KB, one of a byte more."""
+    from tvm_ext.ops.common import blocks_by_shared_memory
+    facts = {"max_shared_memory_optin": 232448}
+    assert [blocks_by_shared_memory(n, facts) for n in (64 << 10, 113 << 10, (113 << 10) + 1,
+                                                        227 << 10)] == [3, 2, 1, 1]
+    wl = Workload.create("batch_matmul", (48, 128, 64, 128), "float16", "float16", layout="NN")
+    task = Task(wl, cuda_target("sm_90"), template="batch_matmul_wgmma.cuda")
+    fallback = task.fallback_config()
+    assert (fallback["block_k"].val, fallback["stages"].val) == (128, 4)
+    for values, early in (({}, True), ({"block_k": 64, "stages": 4}, False)):
+        src, lib = _build("batch_matmul_wgmma.cuda", wl, values, "sm_90", tmp_path)
+        assert ("griddepcontrol" in src) == early
+    # the first product, 48 x 2 x 2 blocks: more than the SMs, launched early with 64 KB
+    scores = Workload.create("batch_matmul", (48, 128, 128, 64), "float16", "float16")
+    src, _ = _build("batch_matmul_wgmma.cuda", scores, {}, "sm_90", tmp_path)
+    assert "griddepcontrol" in src
+    family = Task(wl, cuda_target("sm_90"), template="batch_matmul_wgmma.cuda",
+                  symbolic=True, granules={"B": 1, "M": 64, "N": 64})
+    cfg = family.fallback_config()
+    assert (cfg["block_k"].val, cfg["stages"].val) == (64, 4)
+    assert "griddepcontrol" in family.build(cfg).mod.imports[0].inspect_source()
+
+
 @pytest.mark.parametrize("arch,env", [("sm_80", None), ("sm_90", "0")])
 def test_no_dependent_launch_before_sm90_or_when_turned_off(arch, env, monkeypatch, tmp_path):
     if env is not None:

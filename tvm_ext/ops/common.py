@@ -149,6 +149,11 @@ def largest_factor(n: int, at_most: int, multiple_of: int = 1) -> int:
 
 
 
+def grid_blocks(wl, block_m: int, block_n: int) -> int:
+    """Blocks of a grid of block_m x block_n tiles that divide the workload's M and N."""
+    return wl.batch * (wl.M // block_m) * (wl.N // block_n)
+
+
 def blocks_by_shared_memory(smem: int, facts) -> int:
     """Blocks of ``smem`` bytes of shared memory each that one SM holds at once: on sm_80 and
     sm_90 an SM's shared memory is the per-block opt-in maximum plus 1 KB, and every resident

@@ -67,7 +67,7 @@ stalls.
 from __future__ import annotations
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
-from .common import fallback_raster, kernel_attrs
+from .common import fallback_raster, grid_blocks, kernel_attrs
 from .cuda_wgmma import grouped_tile
 
 #: Floats of padding after each K row of a shared tile: the transposing stores of a
@@ -362,8 +362,7 @@ def early_launch(wl, names, facts) -> bool:
     on an idle GPU) would cost; the placement itself was not observed. Grids within one block
     an SM, where launch latency matters, keep it (the whole block 0.345 ms with, 0.355
     without)."""
-    blocks = wl.batch * (wl.M // names["block_m"]) * (wl.N // names["block_n"])
-    return blocks <= facts["num_sms"]
+    return grid_blocks(wl, names["block_m"], names["block_n"]) <= facts["num_sms"]
 
 
 def _template(op):

@@ -59,7 +59,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
-from .common import blocks_by_shared_memory, fallback_raster, kernel_attrs
+from .common import blocks_by_shared_memory, fallback_raster, grid_blocks, kernel_attrs
 
 #: The 128-byte swizzle: one shared row holds 64 f16 of K; 8 rows make a 1024-byte atom.
 ROW_K = 64
@@ -331,25 +331,26 @@ def family_check(family) -> Optional[str]:
 def fallback_wgmma(space, wl, facts):
     """Untuned: the largest block tile (up to 128 x 256) whose grid still fills 90% of the SMs,
     else (no tile does) the smallest, whose grid fills the most; 64-deep K tiles in as many
-    stages (up to 4) as the shared memory holds, one wgmma batch in flight, and the C tile
-    staged through shared memory. (Taking the largest tile where none fills the SMs left
+    stages (up to 4) as the shared memory holds (but see below), one wgmma batch in flight, and
+    the C tile staged through shared memory. (Taking the largest tile where none fills the SMs left
     transformer-sized GEMMs on a few blocks: f16 512x768x3072, 12 blocks of 128 x 256 on the
     H200's 132 SMs, 38 us against cuBLAS's 5; ``bench.model --target cuda --profile``,
-    docs/BENCHMARKS.md.) A grid of at most one block an SM takes the shallowest ring of the
-    space that one SM holds only once (``one_block_an_sm``), so that it keeps its early launch
-    (``early_launch``)."""
+    docs/BENCHMARKS.md.) A grid of at most one block an SM takes the first ring, from 4 x 64
+    deep up, of the space that one SM holds only once (``one_block_an_sm``), so that it keeps
+    its early launch (``early_launch``); not a shape family's kernel, whose grid follows the
+    shapes it is called on."""
     best = None
     for wg, bn in ((2, 256), (2, 128), (1, 128), (1, 64)):  # tiles from the largest
         if wl.M % (64 * wg) or wl.N % bn:
             continue
         best = (wg, bn)
-        if wl.batch * (wl.M // (64 * wg)) * (wl.N // bn) >= 0.9 * facts["num_sms"]:
+        if grid_blocks(wl, 64 * wg, bn) >= 0.9 * facts["num_sms"]:
             break
     wg, bn = best
     stages = min(4, facts["max_shared_memory_optin"] // ((64 * wg + bn) * ROW_K * 2))
     values = {"warpgroups": wg, "block_n": bn, "block_k": ROW_K, "stages": stages,
               "wgmma_wait": 1, "raster": fallback_raster(wl, facts, 64 * wg, bn), "stage_c": 1}
-    if _blocks(wl, 64 * wg, bn) <= facts["num_sms"]:
+    if grid_blocks(wl, 64 * wg, bn) <= facts["num_sms"] and not space.facts.get("symbolic"):
         for block_k, stages in ((ROW_K, 4), (ROW_K, 5), (2 * ROW_K, 3), (2 * ROW_K, 4),
                                 (2 * ROW_K, 5)):
             deeper = {**values, "block_k": block_k, "stages": stages}
@@ -357,10 +358,6 @@ def fallback_wgmma(space, wl, facts):
             if not space.violations(cfg) and one_block_an_sm(space.names_of(cfg), facts):
                 return deeper
     return values
-
-
-def _blocks(wl, block_m, block_n) -> int:
-    return wl.batch * (wl.M // block_m) * (wl.N // block_n)
 
 
 def one_block_an_sm(names, facts) -> bool:
@@ -379,7 +376,7 @@ def early_launch(wl, names, facts) -> bool:
     blocks) took 19.1 us in the block launched early, 10.5 not, and 10.0 launched early with
     a 128 KB ring (one an SM; H200, CUDA graphs, docs/BENCHMARKS.md). Grids of more blocks
     than SMs keep it (the up projection 7.7 us with it, 8.3 without)."""
-    return _blocks(wl, names["block_m"], names["block_n"]) > facts["num_sms"] or \
+    return grid_blocks(wl, names["block_m"], names["block_n"]) > facts["num_sms"] or \
         one_block_an_sm(names, facts)
 
 
