@@ -78,10 +78,10 @@ def test_wgmma_launches_early_no_grid_whose_blocks_could_pile_up(shape, values, 
                                                                  tmp_path):
     """dense_wgmma.cuda, the f16 block's down projection (512x768x3072: 96 blocks of 64 x 64
     on 132 SMs): launched early with a 64 KB ring, its blocks piled up on the SMs the up
-    projection left free (19.1 us in the block against 10.5 not launched early, H200). Its
-    fallback takes a ring that an SM holds once (launched early: 10.0 us); a grid of at most
-    one block an SM whose SMs hold two or more is launched without PDL; a larger grid with
-    it (the up projection, 192 blocks: 7.7 us with, 8.3 without)."""
+    projection left free (19.4 us in the block, 13.8 with TVM_EXT_PDL=0, H200). Its fallback
+    takes a ring that an SM holds once (launched early: 10.2 us); a grid of at most one block
+    an SM whose SMs hold two or more is launched without PDL; a larger grid with it (the up
+    projection, 192 blocks: 8.0 us with, 8.3 without)."""
     from tvm_ext.ops.cuda_wgmma import one_block_an_sm
     wl = Workload.create("dense", shape, "float16", "float16", layout="NT",
                          epilogue="bias+residual")

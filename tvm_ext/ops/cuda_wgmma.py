@@ -373,9 +373,9 @@ def early_launch(wl, names, facts) -> bool:
     kernel before it still holds part of the GPU, and such blocks can pile up on the SMs
     left free instead of taking one SM each: the f16 block's down projection (512x768x3072,
     96 blocks of 64 x 64 on 132 SMs, a 64 KB ring: 3 an SM) after the up projection (192
-    blocks) took 19.1 us in the block launched early, 10.5 not, and 10.0 launched early with
-    a 128 KB ring (one an SM; H200, CUDA graphs, docs/BENCHMARKS.md). Grids of more blocks
-    than SMs keep it (the up projection 7.7 us with it, 8.3 without)."""
+    blocks) took 19.4 us in the block launched early, 13.8 with ``TVM_EXT_PDL=0``, and 10.2
+    launched early with a 128 KB ring (one an SM; H200, CUDA graphs, docs/BENCHMARKS.md).
+    Grids of more blocks than SMs keep it (the up projection 8.0 us with it, 8.3 without)."""
     return grid_blocks(wl, names["block_m"], names["block_n"]) > facts["num_sms"] or \
         one_block_an_sm(names, facts)
 
