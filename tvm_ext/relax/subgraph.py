@@ -60,9 +60,9 @@ def _unnamed_split(mod):
         if not (isinstance(f, _relax.Function) and f.attrs is not None and
                 f.attrs.get("Primitive", False)) or _epilogue_of(mod, f):
             continue
-        calls = _calls(f)
-        if not calls or len(calls) < 2 or match_matmul(mod[calls[0][1]]) is None or \
-                len(calls[0][2]) < 2 or not any(calls[0][2][1].same_as(p) for p in f.params):
+        calls = _anchored_calls(mod, f)
+        if calls is None or len(calls[0][2]) < 2 or \
+                not any(calls[0][2][1].same_as(p) for p in f.params):
             continue
         n = len(_named_chain(mod, calls))
         inner = [v for v, _, _ in calls[:n]]  # (a later op reading one: no prefix function)
@@ -178,9 +178,17 @@ def _calls(f):
     return out
 
 
-def _epilogue_of(mod, f) -> Optional[str]:
+def _anchored_calls(mod, f) -> Optional[list]:
+    """``_calls(f)`` where the first is a matmul and ops follow it; else None."""
     calls = _calls(f)
     if not calls or len(calls) < 2 or match_matmul(mod[calls[0][1]]) is None:
+        return None
+    return calls
+
+
+def _epilogue_of(mod, f) -> Optional[str]:
+    calls = _anchored_calls(mod, f)
+    if calls is None:
         return None
     ops = _named_chain(mod, calls)
     return "+".join(ops) if len(ops) == len(calls) - 1 else None
