@@ -36,6 +36,12 @@ GPU_SUITE = {
     "blk_qkvo": Workload.create("dense", (512, 768, 768), layout="NT"),
     "blk_up": Workload.create("dense", (512, 3072, 768), layout="NT"),
     "blk_down": Workload.create("dense", (512, 768, 3072), layout="NT"),
+    # the same block at batch 8 (1024 rows) and GPT-2's q, k, v as one projection (768 -> 2304):
+    # the tiles' last wave fills part of the SMs
+    "b8_qkvo": Workload.create("dense", (1024, 768, 768), layout="NT"),
+    "b8_qkv": Workload.create("dense", (1024, 2304, 768), layout="NT"),
+    "b8_up": Workload.create("dense", (1024, 3072, 768), layout="NT"),
+    "b8_down": Workload.create("dense", (1024, 768, 3072), layout="NT"),
     # and the f16 block's (f16 out): 24 to 192 block tiles of 64 rows on 132 SMs
     "blk_qkvo_f16": _f16("dense", (512, 768, 768)),
     "blk_up_f16": _f16("dense", (512, 3072, 768)),
