@@ -64,16 +64,35 @@ def test_fallbacks_keep_their_launch_order_group_inside_their_spaces():
 def test_fallback_slices_k_where_few_small_tiles_leave_schedulers_idle():
     """The transformer block's f32 projections (512 rows, N 768): 96 tiles of 64 x 64 (2 warps)
     on 132 SMs, K in 4 slices (8 warps a block; on the H200 1.9-2.1x faster than none); where
-    K is too short for 4 slices of 4 K tiles, 2; never where the tiles fill the SMs or a tile
-    has 4 warps; every fallback inside its space (the launch-order group below the column)."""
+    K is too short for 4 slices of 4 K tiles, 2; 2 where the busiest SM holds two or three
+    such tiles (the up projection's 384: 12 warps); never where a tile has 4 warps or the SMs
+    hold 8 warps of tiles; every fallback inside its space (the group below the column)."""
     expect = {(512, 768, 768): 4, (512, 768, 3072): 4, (512, 768, 128): 2,
-              (512, 3072, 768): 1, (1024, 1024, 1024): 1, (8192, 8192, 8192): 1}
+              (512, 3072, 768): 2, (1024, 768, 768): 2, (1024, 768, 3072): 2,
+              (1024, 1024, 1024): 1, (8192, 8192, 8192): 1, (2048, 2048, 2048): 1}
     for shape, want in expect.items():
         task = Task(Workload.create("dense", shape, layout="NT"), SM90,
                     template="dense_sgemm.cuda")
         fb = task.fallback_config()
         assert task.space.is_valid(fb), (shape, task.space.violations(fb))
         assert fb["slice_k"].val == want, (shape, fb)
+
+
+def test_fallback_takes_a_smaller_tile_where_the_last_wave_is_partial():
+    """The largest tile that fills 3/4 of a wave gives way to a smaller one where that gives the
+    busiest SM a fifth less of the output (H200: the block's up projection 512x3072x768, 192
+    tiles of 64 x 128 -> 384 of 64 x 64, 0.80x -> 1.12x cuBLAS; GPT-2's q, k, v at 1024 rows,
+    144 tiles of 128 x 128 on 132 SMs -> 576 of 64 x 64, 0.65x -> 0.89x); not where the waves
+    are many (8192^3) or the smaller tile evens nothing out (1024^3)."""
+    expect = {(512, 3072, 768): (64, 64, 1), (1024, 2304, 768): (64, 64, 2),
+              (1024, 3072, 768): (64, 128, 1), (1024, 1024, 1024): (64, 128, 1),
+              (8192, 8192, 8192): (128, 128, 2), (512, 768, 768): (64, 64, 1)}
+    for shape, want in expect.items():
+        task = Task(Workload.create("dense", shape, layout="NT"), SM90,
+                    template="dense_sgemm.cuda")
+        fb = task.fallback_config()
+        assert task.space.is_valid(fb), (shape, task.space.violations(fb))
+        assert (fb["block_m"].val, fb["block_n"].val, fb["min_blocks"].val) == want, (shape, fb)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -320,28 +320,45 @@ def fallback_sgemm(space, wl, facts):
     """From the H100 sweeps of docs/BENCHMARKS.md (``--sweep sgemm.cuda``): 8 x 8 thread tiles
     (2 x 2 sub-tiles) with the serpentine FMA order, block_k 16 where K allows (else 8); the
     largest block tile that gives 3/4 of a wave of blocks or more, not 128 x 128 where K is
-    under 512 (the seed bmm, K = 64: 64 x 128 1.25x cuBLAS, 128 x 128 0.89-1.06x); two blocks
+    under 512 (the seed bmm, K = 64: 64 x 128 1.25x cuBLAS, 128 x 128 0.89-1.06x), unless a
+    smaller tile gives the busiest SM a fifth less of the output (``_busiest``); two blocks
     an SM (registers capped at 128) where the tiles make several waves (8192^3: 0.91x against
     0.84x), one where they make about one (1024^3: 1.04x against 0.99x)."""
     shapes = [(128, 128), (64, 128), (128, 64), (64, 64)]
     if wl.K < 512:
         shapes = shapes[1:]
     fit = [(m, n) for m, n in shapes if wl.M % m == 0 and wl.N % n == 0] or [(64, 64)]
-    tiles = {(m, n): wl.batch * (wl.M // m) * (wl.N // n) for m, n in fit}
+    tiles = {(m, n): grid_blocks(wl, m, n) for m, n in fit}
     bm, bn = next((t for t in fit if 4 * tiles[t] >= 3 * facts["num_sms"]),
                   max(fit, key=lambda t: tiles[t]))
+    # The tiles' last wave: the block's up projection (512x3072x768, H200) in 192 tiles of
+    # 64 x 128 puts two on 60 SMs and one on 72 (82.9 us); 384 of 64 x 64 put three on 120
+    # (59.0 us with K in 2 slices, 1.11x cuBLAS)
+    smaller = [t for t in fit if t[0] * t[1] < bm * bn
+               and 5 * _busiest(wl, t, facts) <= 4 * _busiest(wl, (bm, bn), facts)]
+    if smaller:
+        bm, bn = min(smaller, key=lambda t: (_busiest(wl, t, facts), -t[0] * t[1]))
     waves = tiles[(bm, bn)] / (2 * facts["num_sms"])
     bk = 16 if wl.K % 16 == 0 else 8
-    # Fewer tiles than SMs, of fewer than 4 warps: K in slices (4 where K allows, else 2), so
-    # that an SM's four schedulers have warps to issue (the block's projections on the H200,
-    # 64 x 64 tiles of 2 warps on 96 of 132 SMs: 4 slices 1.9-2.1x faster than none, 2 slices
-    # 1.8-1.9x)
+    # Tiles of fewer than 4 warps that leave the busiest SM under 8 warps: K in slices (the
+    # fewest of 2, 4 that give it 8, else the most K allows), so that an SM's four schedulers
+    # have warps to issue (the block's projections on the H200: 96 tiles of 64 x 64 on 132
+    # SMs, 4 slices 1.9-2.1x faster than none, 2 slices 1.8-1.9x; the up projection's 384
+    # tiles, three an SM: 2 slices 59.0 us, 4 66.4, none 77.2)
     threads = bm * bn // 64
-    sk = next((s for s in (4, 2) if tiles[(bm, bn)] < facts["num_sms"] and threads < 128
-               and threads * s <= 256 and wl.K % (bk * s) == 0 and wl.K // (bk * s) >= 4), 1)
+    warps = -(-tiles[(bm, bn)] // facts["num_sms"]) * threads // 32
+    slices = [s for s in (2, 4) if threads < 128 and warps < 8 and threads * s <= 256
+              and wl.K % (bk * s) == 0 and wl.K // (bk * s) >= 4]
+    sk = next((s for s in slices if warps * s >= 8), max(slices, default=1))
     return {"block_m": bm, "block_n": bn, "thread_n": 8, "block_k": bk,
             "min_blocks": 2 if waves >= 2 else 1, "serpentine": 1, "slice_k": sk,
             "raster": fallback_raster(wl, facts, bm, bn, below_column=True)}
+
+
+def _busiest(wl, tile, facts) -> int:
+    """Outputs of the SM that takes the most ``tile``-sized blocks of the grid (blocks shared
+    out evenly over the SMs)."""
+    return -(-grid_blocks(wl, *tile) // facts["num_sms"]) * tile[0] * tile[1]
 
 
 def check_sgemm(wl, facts):
@@ -356,7 +373,7 @@ def check_sgemm(wl, facts):
 def early_launch(wl, names, facts) -> bool:
     """Programmatic dependent launch only for a grid of at most one block an SM. Launched
     early, a kernel's blocks are placed while the kernel before it still holds part of the
-    GPU. The f32 block's up projection (192 blocks of 64 x 128, up to 3 an SM) after the
+    GPU. The f32 block's up projection (then 192 blocks of 64 x 128, up to 3 an SM) after the
     output projection (96 blocks on 132 SMs) took 117.6 us with it and 83.2 without on the
     H200: what its blocks piling up 3 deep on the 36 SMs left free (not 2 deep, as launched
     on an idle GPU) would cost; the placement itself was not observed. Grids within one block
