@@ -498,8 +498,9 @@ def _sgemm(v, f) -> float:
     def cycles(warps_per_scheduler):  # SM cycles of one block's K step
         return bm * bn * bk * sk / (128.0 * rate * min(1.0, warps_per_scheduler / full))
     on_sm = min(per_sm, -(-blocks // f["num_sms"]))
-    work = cycles(on_sm * threads / 128.0)  # the SM's pipe, shared by its blocks
-    alone = cycles(threads / 128.0)
+    # the SM's pipe, shared by its blocks
+    work = cycles(on_sm * threads / 128.0) * _busiest_scheduler(on_sm * threads // 32, full)
+    alone = cycles(threads / 128.0) * _busiest_scheduler(threads // 32, full)
     # the write-back, after the slices' partial tiles were stored to and read from shared
     # memory (128 bytes a clock)
     epilogue = bm * bn * 4 / _STORE_BYTES_PER_CLOCK + (sk - 1) * bm * bn * 4 * 2 / 128.0
@@ -512,6 +513,16 @@ def _sgemm(v, f) -> float:
             + B * M * N * 4 + 0.6 * l2_reads)
     return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=-(-K // (bk * sk)), work=work,
                       alone=alone, dist=1, epilogue=epilogue, dram_bytes=dram)
+
+
+def _busiest_scheduler(warps: int, full: float) -> float:
+    """How much longer an SM's FMA pipe takes for ``warps`` warps than with them spread evenly
+    over its 4 schedulers: warps go to them in turn, block after block, so the busiest holds
+    ceil(warps / 4), issuing at min(1, its warps / ``full``) of its rate (H200, the f32 block's
+    up projection: 3 blocks of 2 warps an SM, 2 on two schedulers and 1 on the others, took
+    77.2 us; 3 of 4 warps, K in 2 slices, 3 on each, 59.0: docs/BENCHMARKS.md)."""
+    even, busy = warps / 4.0, -(-warps // 4)
+    return (busy / min(1.0, busy / full)) / (even / min(1.0, even / full))
 
 
 #: Cycles from one mma.sync to the next that accumulates into its registers (Ampere's

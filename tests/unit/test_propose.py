@@ -89,6 +89,24 @@ def test_the_sgemm_model_follows_the_h100_sweeps():
         assert estimate(task.space, fast) < estimate(task.space, slow), (shape, slower)
 
 
+def test_the_sgemm_model_counts_warps_on_the_busiest_scheduler():
+    """The f32 block's up projection (512x3072x768, H200 sweep of 2026-11-28 in
+    docs/BENCHMARKS.md): 384 tiles of 64 x 64 put 3 blocks on an SM; unsliced, 6 warps go to
+    4 schedulers 2, 2, 1, 1 (77.2 us), with K in 2 slices 3 each (59.0 us), in 4 6 each (66.4);
+    the model ranks them so, and both sliced ahead of the unsliced 64 x 128 tiles (82.9)."""
+    task = Task(Workload.create("dense", (512, 3072, 768), layout="NT"),
+                cuda_target("sm_90", "h200"), template="dense_sgemm.cuda")
+    base = dict(block_m=64, block_n=64, thread_n=8, block_k=16, raster=4, min_blocks=1,
+                serpentine=1, spread=0)
+
+    def cost(**knobs):
+        cfg = task.config_with({**base, **knobs})
+        assert task.space.is_valid(cfg), task.space.violations(cfg)
+        return estimate(task.space, cfg)
+    assert cost(slice_k=2) < cost(slice_k=4) < cost(slice_k=1)
+    assert cost(slice_k=4) < cost(block_n=128, slice_k=1)
+
+
 def test_the_mma_model_ranks_sliced_k_as_the_h100_sweeps_did():
     """dense_mma on 512 x {64,32,16} x 512 f16: one-warp tiles with K sliced 4 ways in steps of
     2 rank ahead of the unsliced configs (chunk 8 and 4, 4 stages) that the H100 sweep of
