@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .ops.common import blocks_by_shared_memory
+from .ops.common import blocks_by_shared_memory, busiest_sm_blocks
 from .ops.cuda_mma_direct import direct_regs, direct_smem_bytes
 from .ops.cuda_sgemm import sgemm_smem_bytes
 from .target import device_facts
@@ -255,7 +255,7 @@ def _grid_time(f, *, blocks: int, per_sm: int, k_tiles: int, work: float, alone:
     nb = f["dtype_bytes"]
     footprint = f.get("B", 1) * ((f["M"] + f["N"]) * f["K"] * nb + f["M"] * f["N"] * 4)
     latency = _L2_LATENCY if footprint <= l2 / 2 else _DRAM_LATENCY
-    n = -(-blocks // f["num_sms"])  # blocks on the busiest SM
+    n = busiest_sm_blocks(blocks, f)
     p = max(1, min(per_sm, n))
     rounds = -(-n // p)
     step = max(alone, latency / dist) if dist > 0 else latency + alone
@@ -462,7 +462,7 @@ def _wgmma_ws(v, f) -> float:
         clock, _ = _gpu_clock_and_l2(f.get("sm", 90))
         hand_over = 2 * _L2_LATENCY / clock + bm * v["block_n"] * 4 * 2 / (
             _STORE_BYTES_PER_CLOCK * clock)
-        t = t * waves / -(-tiles // f["num_sms"]) + _SECOND_KERNEL_S + hand_over * v["stream_k"]
+        t = t * waves / busiest_sm_blocks(tiles, f) + _SECOND_KERNEL_S + hand_over * v["stream_k"]
     return t
 
 
@@ -497,7 +497,7 @@ def _sgemm(v, f) -> float:
 
     def cycles(warps_per_scheduler):  # SM cycles of one block's K step
         return bm * bn * bk * sk / (128.0 * rate * min(1.0, warps_per_scheduler / full))
-    on_sm = min(per_sm, -(-blocks // f["num_sms"]))
+    on_sm = min(per_sm, busiest_sm_blocks(blocks, f))
     # the SM's pipe, shared by its blocks
     work = cycles(on_sm * threads / 128.0) * _busiest_scheduler(on_sm * threads // 32, full)
     alone = cycles(threads / 128.0) * _busiest_scheduler(threads // 32, full)

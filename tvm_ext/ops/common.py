@@ -154,6 +154,11 @@ def grid_blocks(wl, block_m: int, block_n: int) -> int:
     return wl.batch * (wl.M // block_m) * (wl.N // block_n)
 
 
+def busiest_sm_blocks(blocks: int, facts) -> int:
+    """Blocks of a grid of ``blocks`` on the SM that takes the most (shared out evenly)."""
+    return -(-blocks // facts["num_sms"])
+
+
 def blocks_by_shared_memory(smem: int, facts) -> int:
     """Blocks of ``smem`` bytes of shared memory each that one SM holds at once: on sm_80 and
     sm_90 an SM's shared memory is the per-block opt-in maximum plus 1 KB, and every resident

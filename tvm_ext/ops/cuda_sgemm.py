@@ -67,7 +67,7 @@ stalls.
 from __future__ import annotations
 
 from ..template import KernelTemplate, epilogue_buffers, with_epilogue_params
-from .common import fallback_raster, grid_blocks, kernel_attrs
+from .common import busiest_sm_blocks, fallback_raster, grid_blocks, kernel_attrs
 from .cuda_wgmma import grouped_tile
 
 #: Floats of padding after each K row of a shared tile: the transposing stores of a
@@ -346,7 +346,7 @@ def fallback_sgemm(space, wl, facts):
     # SMs, 4 slices 1.9-2.1x faster than none, 2 slices 1.8-1.9x; the up projection's 384
     # tiles, three an SM: 2 slices 59.0 us, 4 66.4, none 77.2)
     threads = bm * bn // 64
-    warps = -(-tiles[(bm, bn)] // facts["num_sms"]) * threads // 32
+    warps = busiest_sm_blocks(tiles[(bm, bn)], facts) * threads // 32
     slices = [s for s in (2, 4) if threads < 128 and warps < 8 and threads * s <= 256
               and wl.K % (bk * s) == 0 and wl.K // (bk * s) >= 4]
     sk = next((s for s in slices if warps * s >= 8), max(slices, default=1))
@@ -356,9 +356,8 @@ def fallback_sgemm(space, wl, facts):
 
 
 def _busiest(wl, tile, facts) -> int:
-    """Outputs of the SM that takes the most ``tile``-sized blocks of the grid (blocks shared
-    out evenly over the SMs)."""
-    return -(-grid_blocks(wl, *tile) // facts["num_sms"]) * tile[0] * tile[1]
+    """Outputs of the SM that takes the most ``tile``-sized blocks of the grid."""
+    return busiest_sm_blocks(grid_blocks(wl, *tile), facts) * tile[0] * tile[1]
 
 
 def check_sgemm(wl, facts):
