@@ -95,6 +95,67 @@ def test_fallback_takes_a_smaller_tile_where_the_last_wave_is_partial():
         assert (fb["block_m"].val, fb["block_n"].val, fb["min_blocks"].val) == want, (shape, fb)
 
 
+def test_fallback_splits_k_over_a_cluster_where_that_evens_out_the_last_wave():
+    """K over a cluster of 2 CTAs (sm_90) where twice the CTAs give the busiest SM a fifth less
+    of the work: the block's projections at batch 8 (1024 rows, N 768: 192 tiles of 64 x 64,
+    two on 60 SMs and one on 72; 384 CTAs, three on 120 SMs; H200: the down projection 0.72x
+    -> 0.90x cuBLAS, q/k/v/o 0.94x -> 1.11x), K in 2 slices after it (the busiest SM's 6
+    warps under 8); not at 512 rows (96 tiles: one an SM either way), nor where the tiles
+    make many waves, nor on an sm_80 part (no clusters); the early launch counts the CTAs."""
+    from tvm_ext.ops.cuda_sgemm import early_launch
+    expect = {(1024, 768, 3072): (2, 2), (1024, 768, 768): (2, 2), (512, 768, 3072): (1, 4),
+              (512, 768, 768): (1, 4), (512, 3072, 768): (1, 2), (1024, 1024, 1024): (1, 1),
+              (8192, 8192, 8192): (1, 1)}
+    for shape, want in expect.items():
+        for target, sm90 in ((SM90, True), (cuda_target("sm_80", "a100"), False)):
+            task = Task(Workload.create("dense", shape, layout="NT"), target,
+                        template="dense_sgemm.cuda")
+            fb = task.fallback_config()
+            assert task.space.is_valid(fb), (shape, task.space.violations(fb))
+            got = (fb["cluster_k"].val, fb["slice_k"].val)
+            assert got == want if sm90 else got[0] == 1, (shape, target, fb)
+    task = Task(Workload.create("dense", (512, 512, 1024), layout="NT"), SM90,
+                template="dense_sgemm.cuda")
+    names = task.space.names_of(task.config_with(dict(block_m=64, block_n=64)))
+    assert early_launch(task.workload, {**names, "cluster_k": 1}, task.facts)  # 64 tiles
+    assert not early_launch(task.workload, {**names, "cluster_k": 4}, task.facts)  # 256 CTAs
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("slices", [1, 2])
+def test_k_over_a_cluster_sums_the_ctas_partial_tiles_in_shared_memory(slices):
+    """``cluster_k`` = 2: the CTAs of a cluster (``%cluster_ctarank``) each run half of K (the
+    second from K / 2) and leave their partial tile (with ``slice_k``, their slices' sum) in
+    their shared memory; between two cluster barriers that order memory (release / acquire,
+    asm that the compiler moves no load or store across), each reads its half of the rows
+    from both CTAs (``mapa`` + ``ld.shared::cluster``) and writes them with the epilogue:
+    half of a thread's 8 rows of 16-byte C stores, after the first barrier. It compiles
+    without spills within the shared memory its space counts."""
+    wl = Workload.create("dense", (1024, 768, 3072), layout="NT", epilogue="bias+residual")
+    task = Task(wl, SM90, template="dense_sgemm.cuda")
+    cfg = task.config_with(dict(block_m=64, block_n=64, thread_n=8, block_k=16, slice_k=slices,
+                                cluster_k=2, min_blocks=1, serpentine=1, raster=8, spread=0))
+    assert task.space.is_valid(cfg), task.space.violations(cfg)
+    src = cuda_source(task, cfg)
+    assert "%cluster_ctarank" in src and "* 1536)" in src  # the second CTA from K / 2
+    arrive = "asm volatile(\"barrier.cluster.arrive.release.aligned;\" :  :  : \"memory\");"
+    wait = "asm volatile(\"barrier.cluster.wait.acquire.aligned;\" :  :  : \"memory\");"
+    assert arrive in src and wait in src, src[:3000]
+    body = src[src.index("main_kernel(float"):]
+    calls = [i for i in range(len(body)) if body.startswith("barrier_cluster_arrive", i)]
+    assert len(calls) == 2, len(calls)
+    assert body.count("tvm_builtin_ptx_mapa") == 2  # a thread's address in each CTA
+    assert body.count("ld_shared__cluster_f32") == 64  # its 4 x 8 outputs from 2 CTAs
+    stores = [i for i in range(len(body)) if body.startswith("*(float4*)(C_ptr", i)]
+    assert len(stores) == 8 and calls[0] < stores[0] and stores[-1] < calls[1]
+    report = ptxas_verbose(src, "sm_90")
+    assert "0 bytes spill stores" in report, report[-500:]
+    want = sgemm_smem_bytes(64, 64, 16, slices, 2)
+    assert ("extern __shared__" in src) == (want > 48 * 1024)
+    if want <= 48 * 1024:
+        assert int(re.search(r"(\d+) bytes smem", report).group(1)) <= want
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("op, layout, knobs", [
     ("dense", "NN", dict(block_m=128, block_n=128, thread_n=8, block_k=8, raster=4,

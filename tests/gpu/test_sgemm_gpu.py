@@ -41,3 +41,31 @@ def test_sgemm_numerics_on_gpu():
     n, failures = pool_failures(cases)
     assert n == 79
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_sgemm_k_split_over_a_cluster_on_gpu():
+    """``cluster_k``: a tile's K over the 2 CTAs of a thread-block cluster, each summing its
+    half of the tile's rows over the cluster's shared memory (and, with ``slice_k``, its own
+    slices first) before the epilogue: numerics match numpy in the 4 layouts, dense and
+    batch_matmul, every tile shape, with an epilogue that is not linear in the sum (bias +
+    relu)."""
+    target = cuda_target("sm_90")
+    tiles = [dict(block_m=bm, block_n=bn, block_k=bk, raster=r, min_blocks=1, thread_n=tn,
+                  slice_k=sk, cluster_k=ck, spread=0)
+             for bm, bn, bk, r, tn, sk, ck in (
+                 (64, 64, 16, 1, 8, 1, 2), (64, 64, 8, 2, 8, 2, 2), (64, 64, 16, 1, 8, 4, 2),
+                 (128, 64, 16, 1, 8, 1, 2), (64, 128, 8, 2, 16, 2, 2),
+                 (128, 128, 16, 1, 8, 1, 2))]
+    workloads = [Workload.create(op, shape, "float32", "float32", layout=layout,
+                                 epilogue=epilogue)
+                 for op, shape, layout, epilogue in (
+                     ("dense", (256, 384, 1024), "NT", "bias+residual"),
+                     ("dense", (256, 256, 512), "TT", "bias+relu"),
+                     ("batch_matmul", (2, 256, 128, 768), "NN", ""),
+                     ("batch_matmul", (3, 256, 256, 512), "TN", ""))]
+    cases = valid_cases(target, "sgemm.cuda", workloads,
+                        lambda task: [task.config_with(k) for k in tiles], 6)
+    n, failures = pool_failures(cases)
+    assert n == 24
+    assert not failures, "\n".join(failures)

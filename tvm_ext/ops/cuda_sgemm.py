@@ -52,6 +52,15 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   96 tiles of 64 x 64 on 132 SMs), each scheduler had at most one warp: 4 slices ran 1.9-2.1x
   faster on the H200 (512 x 768 x 768 at 0.99x cuBLAS, 512 x 768 x 3072 at 0.78x; cuBLAS
   takes 64 x 32 and 128 x 32 tiles there).
+- ``cluster_k`` = 2 (sm_90): a tile's K over the 2 CTAs of a thread-block cluster
+  (``%cluster_ctarank``), each over its own K / 2 (and its own slices of it). Each leaves its
+  partial tile in its shared memory; between two cluster barriers (release / acquire) each
+  CTA reads half of the tile's rows from both (``mapa`` + ``ld.shared::cluster``, in rank
+  order) and writes them, epilogue on the way; the second barrier keeps a CTA's memory until
+  the other has read it. No workspace, no second kernel: twice the CTAs even out a partial
+  last wave (the block's projections at batch 8, 1024 x 768: 192 tiles of 64 x 64 put two on
+  60 SMs and one on 72, 384 CTAs three on 120; H200, the down projection 0.72x -> 0.90x
+  cuBLAS, q/k/v/o 0.94x -> 1.11x). Clusters of 4 were not better (and are not offered).
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
   so that a wave's B tiles are shared in L2.
 - A subgraph task's elementwise epilogue is computed in the write-back (16-byte stores of C).
@@ -79,17 +88,17 @@ PAD = 4
 STATIC_SMEM = 48 * 1024
 
 
-def sgemm_smem_bytes(block_m, block_n, block_k, slice_k=1):
+def sgemm_smem_bytes(block_m, block_n, block_k, slice_k=1, cluster_k=1):
     """Shared memory of a config (static up to ``STATIC_SMEM``, else dynamic): two K-major
-    buffers of each tile for each slice of K, and the partial tiles of all slices but the
-    first."""
+    buffers of each tile for each slice of K, the partial tiles of all slices but the first,
+    and (``cluster_k`` > 1) the CTA's own partial tile, read by its cluster."""
     return slice_k * 2 * block_k * (block_m + PAD + block_n + PAD) * 4 + \
-        (slice_k - 1) * block_m * block_n * 4
+        (slice_k - 1 + (cluster_k > 1)) * block_m * block_n * 4
 
 
 def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_blocks: int = 1,
           thread_n: int = 8, serpentine: int = 0, spread: int = 0, slice_k: int = 1,
-          target=None):
+          cluster_k: int = 1, target=None):
     """The PrimFunc of one config (see the module doc)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.script import tirx as T  # noqa: PLC0415
@@ -105,8 +114,9 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
     SN = TN // 4
     HM, HN = BM // 2, BN // SN  # the next sub-tile's offset
     SA, SB = BM + PAD, BN + PAD  # shared row strides
-    assert K % (BK * SK) == 0
-    KT = K // (BK * SK)  # the K tiles of each slice
+    CK = cluster_k  # CTAs of a cluster, each over its own K / CK
+    assert K % (BK * SK * CK) == 0 and 8 % CK == 0
+    KT = K // (BK * SK * CK)  # the K tiles of each slice
     nbm, nbn = M // BM, N // BN
     per_batch = nbm * nbn
     tiles = batch * per_batch
@@ -145,7 +155,8 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
 
     # Static shared memory up to 48 KB (every config before 128 x 256 x 16 tiles), dynamic
     # (opt-in, up to the SM's) beyond: 128 x 256 x 16 is cuBLAS's f32 tile on sm_90.
-    smem_scope = "shared" if sgemm_smem_bytes(BM, BN, BK, SK) <= STATIC_SMEM else "shared.dyn"
+    smem_scope = "shared" if sgemm_smem_bytes(BM, BN, BK, SK, CK) <= STATIC_SMEM \
+        else "shared.dyn"
     attrs = kernel_attrs(target)
 
     @T.macro
@@ -204,21 +215,65 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
         return st if SK == 1 else sl * 2 + st
 
     @T.macro
-    def write_back(C, acc, bm, bn, bz, tx, ty):
-        """The thread's 8 x TN outputs, epilogue on the way, in 16-byte stores."""
-        for i in T.unroll(8):
+    def write_back(C, acc, bm, bn, bz, tx, ty, rows, row0):
+        """The thread's outputs of its rows ``row0 ..`` (``rows`` of its 8, from ``acc``'s
+        first rows) x TN, epilogue on the way, in 16-byte stores."""
+        for i in T.unroll(rows):
             for w in T.unroll(SN):
                 for c in T.vectorized(4):
                     idx = T.meta_var((bz,) * is_bmm + (
-                        bm * BM + ty * 4 + i // 4 * HM + i % 4,
+                        bm * BM + ty * 4 + (row0 + i) // 4 * HM + (row0 + i) % 4,
                         bn * BN + tx * 4 + w * HN + c))
                     C[idx] = epi(T.Cast(wl.out_dtype, acc[i, w * 4 + c]), idx)
+
+    RC = 8 // CK  # cluster_k: the rows of its 8 that a thread sums over the cluster and writes
+
+    @T.macro
+    def cluster_barrier():
+        """The cluster's barrier: arrive (release) and wait (acquire), as instructions that
+        order memory (TVM's ``cluster_sync`` is an asm without a memory clobber: the compiler
+        could move the partial tile's shared stores across it)."""
+        T.ptx["barrier.cluster.arrive.release.aligned"]()
+        T.ptx["barrier.cluster.wait.acquire.aligned"]()
+
+    @T.macro
+    def cluster_sum(C, acc, own, ra, tmp, bm, bn, bz, tx, ty, t, crank, first):
+        """cluster_k: every CTA's partial tile (its ``first`` threads', the sum of its slices
+        of K) into its shared memory (``own``, thread by thread: a warp's words contiguous);
+        after the cluster's barrier each CTA sums its share of the tile's rows (a thread's
+        rows ``crank * RC ..``) over the cluster's CTAs in rank order (``mapa`` + 4-byte
+        ``ld.shared::cluster``; 16-byte words were slower on the H200 for the fallbacks'
+        tiles) and writes them; a second barrier keeps every CTA's memory until the others
+        have read it. Every thread meets both barriers."""
+        if first:
+            for i in T.unroll(8):
+                for j in T.unroll(TN):
+                    own[(i * TN + j) * per_slice + t] = acc[i, j]
+        cluster_barrier()
+        if first:
+            for p in T.unroll(CK):
+                T.ptx["mapa.shared::cluster.u32"](
+                    ra[p], T.cuda.cvta_generic_to_shared(
+                        T.address_of(own[crank * (RC * TN * per_slice) + t])), T.uint32(p))
+            for i in T.unroll(RC):
+                for j in T.unroll(TN):
+                    acc[i, j] = T.float32(0)
+                    for p in T.unroll(CK):
+                        T.ptx["ld.shared::cluster.f32"](
+                            tmp[0], ra[p] + T.uint32((i * TN + j) * per_slice * 4))
+                        acc[i, j] = acc[i, j] + tmp[0]
+            write_back(C, acc, bm, bn, bz, tx, ty, RC, crank * RC)
+        cluster_barrier()
 
     @T.prim_func(check_well_formed=False)  # checked by with_epilogue_params
     def kernel(A: T.Buffer(a_shape, "float32"), B: T.Buffer(b_shape, "float32"),
                C: T.Buffer(c_shape, fin)):
         T.func_attr(attrs)
-        bx = T.launch_thread("blockIdx.x", tiles)
+        if CK > 1:  # the CTAs of a cluster: one tile, each over its own K / CK
+            crank = T.launch_thread("clusterCtaIdx.x", CK)
+        else:
+            crank = T.meta_var(0)
+        bx = T.launch_thread("blockIdx.x", tiles * CK)
         tid = T.launch_thread("threadIdx.x", threads)
         # __launch_bounds__(threads, min_blocks): registers capped so that min_blocks fit
         T.attr({"tirx.launch_bounds_min_blocks_per_sm": min_blocks})
@@ -233,10 +288,17 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
         acc = T.alloc_buffer((8, TN), "float32", scope="local")
         # slice_k: the slice of K of this thread (its group of per_slice threads), its place
         # in the tile, its buffers and its first K tile
-        sl, t, k_base = T.meta_var(sliced(tid))
+        sl, t, k_slice = T.meta_var(sliced(tid))
+        k_base = T.meta_var(k_slice if CK == 1 else crank * (K // CK) + k_slice)
         tx = T.meta_var(t % TXN)
         ty = T.meta_var(t // TXN)
-        bm, bn, bz = T.meta_var(tile_of(bx))
+        bm, bn, bz = T.meta_var(tile_of(bx if CK == 1 else bx // CK))
+        if CK > 1:
+            own = T.alloc_buffer((8 * TN * per_slice,), "float32", scope=smem_scope)
+            ra = T.alloc_buffer((CK,), "uint32", scope="local")
+            tmp = T.alloc_buffer((1,), "float32", scope="local")  # a word of a CTA's tile
+        else:
+            own, ra, tmp = T.meta_var((None, None, None))
         for i in T.unroll(8):
             for j in T.unroll(TN):
                 acc[i, j] = T.float32(0)
@@ -304,9 +366,14 @@ def sgemm(wl, *, block_m: int, block_n: int, block_k: int, raster: int, min_bloc
                     for i in T.unroll(8):
                         for j in T.unroll(TN):
                             acc[i, j] = acc[i, j] + red[((s * 8 + i) * TN + j) * per_slice + t]
-                write_back(C, acc, bm, bn, bz, tx, ty)
+                if CK == 1:
+                    write_back(C, acc, bm, bn, bz, tx, ty, 8, 0)
+            if CK > 1:
+                cluster_sum(C, acc, own, ra, tmp, bm, bn, bz, tx, ty, t, crank, sl == 0)
+        elif CK > 1:
+            cluster_sum(C, acc, own, ra, tmp, bm, bn, bz, tx, ty, t, crank, True)
         else:
-            write_back(C, acc, bm, bn, bz, tx, ty)
+            write_back(C, acc, bm, bn, bz, tx, ty, 8, 0)
 
     return with_epilogue_params(kernel, extras)
 
@@ -323,7 +390,9 @@ def fallback_sgemm(space, wl, facts):
     under 512 (the seed bmm, K = 64: 64 x 128 1.25x cuBLAS, 128 x 128 0.89-1.06x), unless a
     smaller tile gives the busiest SM a fifth less of the output (``_busiest``); two blocks
     an SM (registers capped at 128) where the tiles make several waves (8192^3: 0.91x against
-    0.84x), one where they make about one (1024^3: 1.04x against 0.99x)."""
+    0.84x), one where they make about one (1024^3: 1.04x against 0.99x); K over a cluster of
+    2 CTAs where that gives the busiest SM a fifth less of the work, then K in slices where
+    its warps are few."""
     shapes = [(128, 128), (64, 128), (128, 64), (64, 64)]
     if wl.K < 512:
         shapes = shapes[1:]
@@ -340,19 +409,25 @@ def fallback_sgemm(space, wl, facts):
         bm, bn = min(smaller, key=lambda t: (_busiest(wl, t, facts), -t[0] * t[1]))
     waves = tiles[(bm, bn)] / (2 * facts["num_sms"])
     bk = 16 if wl.K % 16 == 0 else 8
+    # K over a cluster of 2 CTAs (sm_90) where it gives the busiest SM a fifth less of the
+    # work: the block's down projection at batch 8 (1024x768x3072, H200) in 192 tiles of
+    # 64 x 64 put two on 60 SMs and one on 72; 384 CTAs of half its K put three on 120
+    ck = 2 if (facts.get("sm", 0) >= 90 and wl.K % (bk * 2) == 0 and wl.K // (bk * 2) >= 8
+               and 5 * busiest_sm_blocks(2 * tiles[(bm, bn)], facts)
+               <= 4 * 2 * busiest_sm_blocks(tiles[(bm, bn)], facts)) else 1
     # Tiles of fewer than 4 warps that leave the busiest SM under 8 warps: K in slices (the
     # fewest of 2, 4 that give it 8, else the most K allows), so that an SM's four schedulers
     # have warps to issue (the block's projections on the H200: 96 tiles of 64 x 64 on 132
     # SMs, 4 slices 1.9-2.1x faster than none, 2 slices 1.8-1.9x; the up projection's 384
     # tiles, three an SM: 2 slices 59.0 us, 4 66.4, none 77.2)
     threads = bm * bn // 64
-    warps = busiest_sm_blocks(tiles[(bm, bn)], facts) * threads // 32
+    warps = busiest_sm_blocks(ck * tiles[(bm, bn)], facts) * threads // 32
     slices = [s for s in (2, 4) if threads < 128 and warps < 8 and threads * s <= 256
-              and wl.K % (bk * s) == 0 and wl.K // (bk * s) >= 4]
+              and wl.K % (bk * s * ck) == 0 and wl.K // (bk * s * ck) >= 4]
     sk = next((s for s in slices if warps * s >= 8), max(slices, default=1))
     return {"block_m": bm, "block_n": bn, "thread_n": 8, "block_k": bk,
             "min_blocks": 2 if waves >= 2 else 1, "serpentine": 1, "slice_k": sk,
-            "raster": fallback_raster(wl, facts, bm, bn, below_column=True)}
+            "cluster_k": ck, "raster": fallback_raster(wl, facts, bm, bn, below_column=True)}
 
 
 def _busiest(wl, tile, facts) -> int:
@@ -378,7 +453,8 @@ def early_launch(wl, names, facts) -> bool:
     on an idle GPU) would cost; the placement itself was not observed. Grids within one block
     an SM, where launch latency matters, keep it (the whole block 0.345 ms with, 0.355
     without)."""
-    return grid_blocks(wl, names["block_m"], names["block_n"]) <= facts["num_sms"]
+    return grid_blocks(wl, names["block_m"], names["block_n"]) * names.get("cluster_k", 1) \
+        <= facts["num_sms"]
 
 
 def _template(op):
