@@ -189,6 +189,9 @@ _SMEM_BYTES_PER_CLOCK = 128.0
 _L2_BYTES_PER_CLOCK = 64.0
 #: Bytes a clock an SM stores to global memory in full 32-byte sectors.
 _STORE_BYTES_PER_CLOCK = 64.0
+#: Bytes a clock an SM reads from the shared memory of another SM of its cluster (an assumed
+#: quarter of its own shared memory's 128: not measured alone).
+_DSMEM_BYTES_PER_CLOCK = 32.0
 #: Part of the shorter of compute and DRAM time that does not overlap the longer one.
 _OVERLAP = 0.2
 
@@ -479,15 +482,17 @@ def _sgemm(v, f) -> float:
     tiles of 4 warps, one block an SM, ran 1.8x faster than 128 x 128 tiles on half the
     SMs). ``slice_k`` groups of threads each run K / slice_k of the block's tile (a K step is
     one tile of each slice: more warps, as many FMAs a step, fewer steps), and the partial
-    tiles go through shared memory once."""
+    tiles go through shared memory once. ``cluster_k`` CTAs a tile (a thread-block cluster)
+    each run K / cluster_k: as many more blocks on the grid, each with fewer K steps, and a
+    partial tile stored and read back from the cluster's shared memory."""
     M, N, K, B = f["M"], f["N"], f["K"], f.get("B", 1)
     bm, bn, bk, tn = v["block_m"], v["block_n"], v["block_k"], v["thread_n"]
-    sk = v.get("slice_k", 1)
+    sk, ck = v.get("slice_k", 1), v.get("cluster_k", 1)
     threads = bm * bn // (8 * tn) * sk
     regs = 128 if v.get("min_blocks", 1) >= 2 else 220 if tn == 16 else 126 if bk == 8 else 150
-    smem = f.get("smem_bytes") or sgemm_smem_bytes(bm, bn, bk, sk)  # the space's
+    smem = f.get("smem_bytes") or sgemm_smem_bytes(bm, bn, bk, sk, ck)  # the space's
     per_sm = max(1, min(65536 // (threads * regs), 233472 // smem, 2048 // threads))
-    blocks = B * -(-M // bm) * -(-N // bn)
+    blocks = B * -(-M // bm) * -(-N // bn) * ck  # cluster_k: a tile's CTAs
     rate = 0.91 if tn == 16 else 0.87 + 0.04 * v.get("serpentine", 0)
 
     # the warps a scheduler needs to keep its FFMA pipe busy: 2 of 8 x 16 tiles (on the H200,
@@ -504,6 +509,8 @@ def _sgemm(v, f) -> float:
     # the write-back, after the slices' partial tiles were stored to and read from shared
     # memory (128 bytes a clock)
     epilogue = bm * bn * 4 / _STORE_BYTES_PER_CLOCK + (sk - 1) * bm * bn * 4 * 2 / 128.0
+    if ck > 1:  # the partial tile stored, the cluster's read back (remote: 32 bytes a clock)
+        epilogue += bm * bn * 4 / 128.0 + bm * bn * 4 / _DSMEM_BYTES_PER_CLOCK
     # DRAM: the operands as the waves in the launch order read them, C; and the blocks' reads
     # of L2 (A once per column of tiles, B once per row) at 0.6 of their bytes (L2 serves
     # about 1.7x DRAM's bandwidth)
@@ -511,8 +518,8 @@ def _sgemm(v, f) -> float:
     dram = (_operand_bytes(f, bm=bm, bn=bn, blocks_at_once=min(blocks, per_sm * f["num_sms"]),
                            raster=v.get("raster", 1), nbytes=4)
             + B * M * N * 4 + 0.6 * l2_reads)
-    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=-(-K // (bk * sk)), work=work,
-                      alone=alone, dist=1, epilogue=epilogue, dram_bytes=dram)
+    return _grid_time(f, blocks=blocks, per_sm=per_sm, k_tiles=-(-K // (bk * sk * ck)),
+                      work=work, alone=alone, dist=1, epilogue=epilogue, dram_bytes=dram)
 
 
 def _busiest_scheduler(warps: int, full: float) -> float:

@@ -107,6 +107,32 @@ def test_the_sgemm_model_counts_warps_on_the_busiest_scheduler():
     assert cost(slice_k=4) < cost(block_n=128, slice_k=1)
 
 
+def test_the_sgemm_model_counts_the_ctas_of_a_cluster():
+    """``cluster_k`` = 2 (H200 sweeps of 2026-11-28, docs/BENCHMARKS.md): at batch 8 the
+    block's down projection (1024x768x3072) and q/k/v/o (1024x768x768) in 64 x 64 tiles ran
+    fastest with K over a cluster of 2 and in 2 slices (118.6 and 33.7 us), then without the
+    cluster (156.6, 40.9), then in 4 slices without it (164.8, 44.4); the model ranks them so,
+    its first proposal is the fallback, and at 512 rows (96 tiles, one an SM either way) it
+    keeps 4 slices without a cluster ahead of 2 of a cluster unsliced (82.3 against 107.8)."""
+    target = cuda_target("sm_90", "h200")
+    for shape, raster in (((1024, 768, 3072), 8), ((1024, 768, 768), 8),
+                          ((512, 768, 3072), 1)):
+        task = Task(Workload.create("dense", shape, layout="NT"), target,
+                    template="dense_sgemm.cuda")
+        base = dict(block_m=64, block_n=64, thread_n=8, block_k=16, raster=raster,
+                    min_blocks=1, serpentine=1, spread=0)
+
+        def cost(sk, ck):
+            cfg = task.config_with({**base, "slice_k": sk, "cluster_k": ck})
+            assert task.space.is_valid(cfg), task.space.violations(cfg)
+            return estimate(task.space, cfg)
+        if shape[0] == 1024:
+            assert cost(2, 2) < cost(2, 1) < cost(4, 1), shape
+        else:
+            assert cost(4, 1) < cost(1, 2)
+        assert task.space.get(propose(task.space, 1)[0]) == task.fallback_config()
+
+
 def test_the_mma_model_ranks_sliced_k_as_the_h100_sweeps_did():
     """dense_mma on 512 x {64,32,16} x 512 f16: one-warp tiles with K sliced 4 ways in steps of
     2 rank ahead of the unsliced configs (chunk 8 and 4, 4 stages) that the H100 sweep of
