@@ -99,7 +99,7 @@ def test_fallback_splits_k_over_a_cluster_where_that_evens_out_the_last_wave():
     """K over a cluster of 2 CTAs (sm_90) where twice the CTAs give the busiest SM a fifth less
     of the work: the block's projections at batch 8 (1024 rows, N 768: 192 tiles of 64 x 64,
     two on 60 SMs and one on 72; 384 CTAs, three on 120 SMs; H200: the down projection 0.72x
-    -> 0.90x cuBLAS, q/k/v/o 0.94x -> 1.11x), K in 2 slices after it (the busiest SM's 6
+    -> 0.95x cuBLAS, q/k/v/o 0.94x -> 1.14x), K in 2 slices after it (the busiest SM's 6
     warps under 8); not at 512 rows (96 tiles: one an SM either way), nor where the tiles
     make many waves, nor on an sm_80 part (no clusters); the early launch counts the CTAs."""
     from tvm_ext.ops.cuda_sgemm import early_launch

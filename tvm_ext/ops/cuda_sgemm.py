@@ -59,8 +59,8 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   order) and writes them, epilogue on the way; the second barrier keeps a CTA's memory until
   the other has read it. No workspace, no second kernel: twice the CTAs even out a partial
   last wave (the block's projections at batch 8, 1024 x 768: 192 tiles of 64 x 64 put two on
-  60 SMs and one on 72, 384 CTAs three on 120; H200, the down projection 0.72x -> 0.90x
-  cuBLAS, q/k/v/o 0.94x -> 1.11x). Clusters of 4 were not better (and are not offered).
+  60 SMs and one on 72, 384 CTAs three on 120; H200, the down projection 0.72x -> 0.95x
+  cuBLAS, q/k/v/o 0.94x -> 1.14x). Clusters of 4 were not better (and are not offered).
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
   so that a wave's B tiles are shared in L2.
 - A subgraph task's elementwise epilogue is computed in the write-back (16-byte stores of C).
