@@ -110,8 +110,8 @@ def test_the_sgemm_model_counts_warps_on_the_busiest_scheduler():
 def test_the_sgemm_model_counts_the_ctas_of_a_cluster():
     """``cluster_k`` = 2 (H200 sweeps of 2026-11-28, docs/BENCHMARKS.md): at batch 8 the
     block's down projection (1024x768x3072) and q/k/v/o (1024x768x768) in 64 x 64 tiles ran
-    fastest with K over a cluster of 2 and in 2 slices (118.6 and 33.7 us), then without the
-    cluster (156.6, 40.9), then in 4 slices without it (164.8, 44.4); the model ranks them so,
+    fastest with K over a cluster of 2 and in 2 slices (119.0 and 33.7 us), then without the
+    cluster (156.6, 40.9), then in 4 slices without it (163.9, 44.4); the model ranks them so,
     its first proposal is the fallback, and at 512 rows (96 tiles, one an SM either way) it
     keeps 4 slices without a cluster ahead of 2 of a cluster unsliced (82.3 against 107.8)."""
     target = cuda_target("sm_90", "h200")

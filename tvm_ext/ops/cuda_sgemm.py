@@ -60,7 +60,8 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   the other has read it. No workspace, no second kernel: twice the CTAs even out a partial
   last wave (the block's projections at batch 8, 1024 x 768: 192 tiles of 64 x 64 put two on
   60 SMs and one on 72, 384 CTAs three on 120; H200, the down projection 0.72x -> 0.95x
-  cuBLAS, q/k/v/o 0.94x -> 1.14x). Clusters of 4 were not better (and are not offered).
+  cuBLAS, q/k/v/o 0.94x -> 1.14x). Clusters of 4 (tried on the H200) beat the best config
+  without them on one row of four, by 2%, and lost on the others: not offered.
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
   so that a wave's B tiles are shared in L2.
 - A subgraph task's elementwise epilogue is computed in the write-back (16-byte stores of C).
