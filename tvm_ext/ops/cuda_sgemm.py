@@ -410,9 +410,10 @@ def fallback_sgemm(space, wl, facts):
         bm, bn = min(smaller, key=lambda t: (_busiest(wl, t, facts), -t[0] * t[1]))
     waves = tiles[(bm, bn)] / (2 * facts["num_sms"])
     bk = 16 if wl.K % 16 == 0 else 8
-    # K over a cluster of 2 CTAs (sm_90) where it gives the busiest SM a fifth less of the
-    # work: the block's down projection at batch 8 (1024x768x3072, H200) in 192 tiles of
-    # 64 x 64 put two on 60 SMs and one on 72; 384 CTAs of half its K put three on 120
+    # K over a cluster of 2 CTAs (sm_90; each CTA 8 K tiles or more) where it gives the
+    # busiest SM a fifth less of the work: the block's down projection at batch 8
+    # (1024x768x3072, H200) in 192 tiles of 64 x 64 put two on 60 SMs and one on 72 (156.6 us
+    # with K in 2 slices); 384 CTAs of half its K put three on 120 (119.0 us)
     ck = 2 if (facts.get("sm", 0) >= 90 and wl.K % (bk * 2) == 0 and wl.K // (bk * 2) >= 8
                and 5 * busiest_sm_blocks(2 * tiles[(bm, bn)], facts)
                <= 4 * 2 * busiest_sm_blocks(tiles[(bm, bn)], facts)) else 1
@@ -453,7 +454,7 @@ def early_launch(wl, names, facts) -> bool:
     H200: what its blocks piling up 3 deep on the 36 SMs left free (not 2 deep, as launched
     on an idle GPU) would cost; the placement itself was not observed. Grids within one block
     an SM, where launch latency matters, keep it (the whole block 0.345 ms with, 0.355
-    without)."""
+    without). A cluster's CTAs are blocks of the grid (``cluster_k``)."""
     return grid_blocks(wl, names["block_m"], names["block_n"]) * names.get("cluster_k", 1) \
         <= facts["num_sms"]
 
