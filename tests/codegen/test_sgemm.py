@@ -114,11 +114,11 @@ def test_fallback_splits_k_over_a_cluster_where_that_evens_out_the_last_wave():
             assert task.space.is_valid(fb), (shape, task.space.violations(fb))
             got = (fb["cluster_k"].val, fb["slice_k"].val)
             assert got == want if sm90 else got[0] == 1, (shape, target, fb)
-    task = Task(Workload.create("dense", (512, 512, 1024), layout="NT"), SM90,
+    task = Task(Workload.create("dense", (1024, 512, 1024), layout="NT"), SM90,
                 template="dense_sgemm.cuda")
     names = task.space.names_of(task.config_with(dict(block_m=64, block_n=64)))
-    assert early_launch(task.workload, {**names, "cluster_k": 1}, task.facts)  # 64 tiles
-    assert not early_launch(task.workload, {**names, "cluster_k": 4}, task.facts)  # 256 CTAs
+    assert early_launch(task.workload, {**names, "cluster_k": 1}, task.facts)  # 128 tiles
+    assert not early_launch(task.workload, {**names, "cluster_k": 2}, task.facts)  # 256 CTAs
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
