@@ -415,8 +415,8 @@ def fallback_sgemm(space, wl, facts):
     # (1024x768x3072, H200) in 192 tiles of 64 x 64 put two on 60 SMs and one on 72 (156.6 us
     # with K in 2 slices); 384 CTAs of half its K put three on 120 (119.0 us)
     ck = 2 if (facts.get("sm", 0) >= 90 and wl.K % (bk * 2) == 0 and wl.K // (bk * 2) >= 8
-               and 5 * busiest_sm_blocks(2 * tiles[(bm, bn)], facts)
-               <= 4 * 2 * busiest_sm_blocks(tiles[(bm, bn)], facts)) else 1
+               and 5 * _busiest(wl, (bm, bn), facts, 2)
+               <= 4 * _busiest(wl, (bm, bn), facts)) else 1
     # Tiles of fewer than 4 warps that leave the busiest SM under 8 warps: K in slices (the
     # fewest of 2, 4 that give it 8, else the most K allows), so that an SM's four schedulers
     # have warps to issue (the block's projections on the H200: 96 tiles of 64 x 64 on 132
@@ -432,9 +432,10 @@ def fallback_sgemm(space, wl, facts):
             "cluster_k": ck, "raster": fallback_raster(wl, facts, bm, bn, below_column=True)}
 
 
-def _busiest(wl, tile, facts) -> int:
-    """Outputs of the SM that takes the most ``tile``-sized blocks of the grid."""
-    return busiest_sm_blocks(grid_blocks(wl, *tile), facts) * tile[0] * tile[1]
+def _busiest(wl, tile, facts, ctas: int = 1) -> float:
+    """Work of the SM that takes the most blocks of the grid of ``tile``-sized tiles, each
+    tile's K over ``ctas`` blocks (``cluster_k``): its blocks' outputs, each over K / ctas."""
+    return busiest_sm_blocks(ctas * grid_blocks(wl, *tile), facts) * tile[0] * tile[1] / ctas
 
 
 def check_sgemm(wl, facts):
