@@ -1038,8 +1038,48 @@ DENSE_SWAP_X86 = ScheduleTemplate(
 # weight rows are streamed side by side (as OpenBLAS's sgemv_t kernels take 4): each vector of
 # A is loaded once for them, and a thread has that many streams of the weight in flight.
 # Knobs: tile_x = [xo, xi] (rows of the weight per parallel task), tile_k = [ko, ku, kv], rows.
+# Sizes without convenient factors (primes) take tiles that do not divide them: N is padded up
+# to whole tasks (rows past N read the weight's last row, their sums are cropped), and K is
+# summed in whole kv-vectors up to the last multiple of kv, the rest (fewer than kv) after them
+# in the same task (``_gemv_compute``); a K of 4093 no longer sums one float at a time.
 
 GEMV_MAX_M = 4
+#: The blocks that sum K's last (K mod kv) products and add them to the vector sums.
+GEMV_TAIL_BLOCK, GEMV_SUM_BLOCK = MATMUL_BLOCK + "_tail", MATMUL_BLOCK + "_sum"
+
+
+def _gemv_compute(wl, cfg):
+    """[A, B, C]: the plain matmul where the config's tiles divide K and N; else the sums
+    over K's whole kv-vectors (block "C"), those over the rest of K (``GEMV_TAIL_BLOCK``) and
+    their sum (``GEMV_SUM_BLOCK``),
+    over N padded to whole tasks (rows past N read the weight's last row) and cropped
+    (``CROP_BLOCK``)."""
+    from tvm import te  # noqa: PLC0415
+    _, xi = cfg["tile_x"].size
+    kv = cfg["tile_k"].size[-1]
+    if wl.K % kv == 0 and wl.N % xi == 0:
+        return _plain(wl)
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    a_el, b_el = element_at(wl, A, B)
+    cols, whole, out = -(-wl.N // xi) * xi, wl.K // kv * kv, wl.out_dtype
+
+    def prod(i, j, k):  # a row past N reads the weight's last row (its sum is cropped)
+        return a_el((), i, k).astype(out) * \
+            b_el((), te.min(j, wl.N - 1) if cols != wl.N else j, k).astype(out)
+
+    k = te.reduce_axis((0, whole), name="k")
+    C = main = te.compute((wl.M, cols), lambda i, j: te.sum(prod(i, j, k), axis=k),
+                          name=MATMUL_BLOCK)
+    if whole != wl.K:
+        t = te.reduce_axis((0, wl.K - whole), name="t")
+        rest = te.compute((wl.M, cols), lambda i, j: te.sum(prod(i, j, whole + t), axis=t),
+                          name=GEMV_TAIL_BLOCK)
+        C = te.compute((wl.M, cols), lambda i, j: main[i, j] + rest[i, j], name=GEMV_SUM_BLOCK)
+    if cols != wl.N:
+        last = C
+        C = te.compute(wl.out_shape, lambda i, j: last[i, j], name=CROP_BLOCK)
+    return [A, B, C]
 
 
 def _gemv_check(wl, facts):
@@ -1068,35 +1108,67 @@ def _gemv_schedule(sch, cfg, wl, facts):
     sch.parallel(jo)
     sch.unroll(i)
     sch.unroll(jr)
-    acc = sch.cache_write(rf, 0, "local")  # the kv partial sums of its outputs, in registers
-    sch.reverse_compute_at(acc, ji)
+    # The lanes' partial sums laid out [m, n, kv]: each output's kv sums one contiguous vector
+    # (as rfactor leaves them, [kv, m, n], a vector of them is strided, and LLVM kept 16 such
+    # accumulators in memory, gathered and scattered at every step).
+    sch.transform_layout(rf, ("write", 0), lambda k, m, n: (m, n, k))
+    sch.set_scope(rf, 0, "local")  # the kv partial sums of its outputs, in registers
     sch.unroll(koi)
     vectorize_lanes(sch, kin, facts["vector_lanes"])
     sch.decompose_reduction(rf, koo)
-    # The sums across the lanes, per output, right after their partial sums (still in cache).
+    # The sums across the lanes, per output, right after their partial sums (in registers).
     sch.reverse_compute_at(c, ji)
+    inner = sch.get_loops(c)[2:]  # under jo, ji: kv, m, n, each where it is more than 1
+    if kv > 1 and len(inner) > 1:  # each output's lanes summed in a row: kv innermost
+        sch.reorder(*inner[1:], inner[0])
+    if has_block(sch, GEMV_TAIL_BLOCK):
+        # K's last products (fewer than kv a sum) in a pass of their own after the vector
+        # sums, parallel over the outputs: each output's sum of them, added to its vector sum
+        # (and cropped) in one block. (TensorIR moves the sum into a task only with both its
+        # producers, and the tail's sum only with its consumer: neither can go first.)
+        if has_block(sch, CROP_BLOCK):
+            sch.compute_inline(sch.get_sblock(GEMV_SUM_BLOCK))
+        last = sch.get_sblock(CROP_BLOCK if has_block(sch, CROP_BLOCK) else GEMV_SUM_BLOCK)
+        outputs = sch.fuse(*sch.get_loops(last))
+        sch.parallel(outputs)
+        tail = sch.get_sblock(GEMV_TAIL_BLOCK)
+        sch.compute_at(tail, outputs)
+        sch.set_scope(tail, 0, "local")
+    elif has_block(sch, CROP_BLOCK):  # N's padding cropped in the same task, from registers
+        sch.set_scope(c, 0, "local")
+        sch.reverse_compute_at(sch.get_sblock(CROP_BLOCK), ji)
 
 
 def _gemv_fallback(space, wl, facts):
     lanes = facts["vector_lanes"]
-    # A whole vector of partial sums where K allows, else a half or a quarter vector.
-    kv = next((largest_factor(wl.K, lanes, m) for m in (lanes, lanes // 2, lanes // 4)
-               if m and wl.K % m == 0), largest_factor(wl.K, lanes))
-    ku = largest_factor(wl.K // kv, 4)
-    # Rows per task: enough tasks for 8 per core (load balance), at most 64 rows.
-    xi = largest_factor(wl.N, max(1, min(64, wl.N // (8 * facts["num_cores"]))))
-    # The most weight rows side by side (up to 8) that the task's rows and the registers
-    # allow: the first that breaks none of the space's rules.
-    base = {"tile_x": [-1, xi], "tile_k": [-1, ku, kv]}
-    for rows in (8, 4, 2):
-        if not space.violations(space.config_from_values({**base, "rows": rows})):
-            return {**base, "rows": rows}
-    return {**base, "rows": 1}
+    # A whole vector of partial sums where K allows (the rest of K after the whole vectors),
+    # else a half or a quarter vector.
+    kv = next((m for m in (lanes, lanes // 2, lanes // 4) if m and wl.K % m == 0),
+              lanes if wl.K >= lanes else largest_factor(wl.K, lanes))
+    # 4 vector steps unrolled, or up to the space's 8 where 4 does not divide them (K = 1000
+    # in half vectors: 125 steps, 5 at a time rather than 1), else 4 with the last steps
+    # guarded (the space's values of ku are K's divisors and powers of two).
+    steps = wl.K // kv
+    ku = largest_factor(steps, 4)
+    ku = ku if ku == 4 else largest_factor(steps, 8)
+    ku = ku if wl.K % ku == 0 or ku & (ku - 1) == 0 else min(4, 1 << (steps.bit_length() - 1))
+    # Rows per task: enough tasks for 8 per core (load balance), at most 64 rows, a whole
+    # number of the most weight rows side by side (up to 8) that the registers allow: the
+    # first that breaks none of the space's rules (N = 1000: 40 rows a task, 8 side by side,
+    # rather than 50 rows 2 at a time). An N they do not divide is padded to whole tasks of a
+    # power of two rows (N = 4093: 64, not 1).
+    most = max(1, min(64, wl.N // (8 * facts["num_cores"])))
+    for rows in (8, 4, 2, 1):
+        xi = rows * largest_factor(wl.N // rows, max(1, most // rows)) if wl.N % rows == 0 \
+            else max(rows, 1 << (most.bit_length() - 1))
+        values = {"tile_x": [-1, xi], "tile_k": [-1, ku, kv], "rows": rows}
+        if rows == 1 or not space.violations(space.config_from_values(values)):
+            return values
 
 
 DENSE_GEMV_X86 = ScheduleTemplate(
     name="dense_gemv.x86", op="dense", target_kind="llvm",
-    compute=lambda wl, cfg: _plain(wl), schedule=_gemv_schedule, fallback=_gemv_fallback,
+    compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
     check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT",), priority=1)
 
 
