@@ -155,6 +155,33 @@ def _x86_gemv(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     return max(seconds, memory) + 0.2 * min(seconds, memory)
 
 
+def _x86_gemv_nn(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
+    """dense_gemv_nn.x86: each task reads ku rows of the weight at a time across its tiles of
+    ``columns``; per row and tile, M x vectors FMAs into as many sums (chains of ku FMAs each),
+    the sums to and from the stack between blocks of ku rows where a task holds several
+    tiles. Bound by the busiest core's tiles or by memory, which streams less well where a
+    task reads a short run of each row (1x4096x4096: 512 B a row 1.35x slower than 4 KB on a
+    2-core Zen 5; docs/BENCHMARKS.md)."""
+    lanes, nb = f["vector_lanes"], f["dtype_bytes"]
+    M, N, K = f["M"], f["N"], f["K"]
+    cpu = _cpu_part(f)
+    xv, xc, ku = int(v["columns"]), int(v.get("tiles", 1)), v["tile_k"][-1]
+    vecs = -(-xv // lanes)
+    cores = max(1, int(f.get("num_cores") or os.cpu_count() or 1))
+    tiles = max(1, N // xv)
+    tasks = -(-tiles // xc)
+    busiest = min(tiles, -(-tasks // cores) * xc)
+    block = max(4.0 * ku, ku * M * vecs / float(cpu["fma_units"])) + \
+        (2.0 * M * vecs if xc > 1 else 0.0)
+    cycles = busiest * -(-K // ku) * block + (N % xv) * K * M / lanes * 4.0
+    seconds = cycles / (cpu["clock_ghz"] * 1e9)
+    run = min(tiles, xc) * xv * nb  # bytes of each row a task reads in one go
+    share = busiest * min(cores, tiles) / tiles  # the busiest core's bytes over an even share
+    memory = (N * K + M * K + M * N) * nb / (cpu["dram_gbs"] * 1e9) * (1.0 + 128.0 / run) * \
+        share
+    return max(seconds, memory) + 0.2 * min(seconds, memory)
+
+
 # ---- GPU kernels: blocks on the SMs, each a software pipeline over its K tiles ----
 #
 # Every GEMM template here runs the same way: a grid of blocks, each looping over K tiles that
@@ -685,6 +712,8 @@ def model_for(template: str) -> Optional[Callable]:
         return _x86_gemm
     if template == "dense_gemv.x86":
         return _x86_gemv
+    if template == "dense_gemv_nn.x86":
+        return _x86_gemv_nn
     if template in ("batch_matmul.cuda", "dense_large_batch.cuda"):
         return _cuda_simt
     if template == "dense_small_batch.cuda":

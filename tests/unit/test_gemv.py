@@ -78,14 +78,15 @@ def test_odd_shapes_every_cpu_template(op, shape, layout):
             _check(task, cfg, rng)
 
 
-def test_strategy_picks_gemv_for_few_rows_of_an_nt_weight():
+def test_strategy_picks_gemv_for_few_rows():
     def names(shape, layout="NT", epilogue=""):
         wl = Workload.create("dense", shape, layout=layout, epilogue=epilogue)
         return [t.name for t in templates_for(wl, CPU)]
     assert names((1, 4096, 4096)) == ["dense_gemv.x86", "dense_pack.x86"]
     assert names((4, 512, 512)) == ["dense_gemv.x86", "dense_pack.x86"]
     assert names((5, 512, 512)) == ["dense_pack.x86"]  # more rows: the packed GEMM
-    assert names((1, 512, 512), "NN") == ["dense_pack.x86"]  # a [K, N] weight
+    assert names((1, 512, 512), "NN") == ["dense_gemv_nn.x86", "dense_pack.x86"]  # [K, N]
+    assert names((1, 8, 512), "NN") == ["dense_pack.x86"]  # N under a vector
     assert names((1, 512, 512), epilogue="bias+relu") == ["dense_pack.x86"]
 
 
@@ -246,3 +247,48 @@ def test_gemv_prime_sizes_take_whole_vectors_and_tasks(shape):
     assert len(ragged) >= 3, len(ragged)
     for c in [cfg] + [task.config(i) for i in ragged[:3]]:
         _check(task, c, rng)
+
+
+@pytest.mark.parametrize("shape", [(1, 768, 3072), (4, 1024, 256), (1, 1000, 1000),
+                                   (3, 4093, 61), (2, 16, 1), (1, 97, 7)], ids=str)
+def test_gemv_nn_numerics(shape):
+    """dense_gemv_nn.x86 (a weight stored [K, N]): the fallback and random configs over tiles
+    that divide N and ones that leave its last columns to the narrow pass (whole vectors of
+    them in parallel, or fewer than a vector), prime K and N, K = 1."""
+    wl = Workload.create("dense", shape, layout="NN")
+    task = Task(wl, CPU)
+    assert task.name == "dense_gemv_nn.x86"
+    cfg = task.fallback_config()
+    assert cfg.index is not None and not task.space.violations(cfg), cfg
+    rng = np.random.default_rng(7)
+    picks = task.space.random_valid(np.random.default_rng(8), 4)
+    for c in [cfg] + [task.config(i) for i in picks]:
+        _check(task, c, rng)
+
+
+def test_gemv_nn_reads_rows_of_the_weight_across_the_tasks_tiles():
+    """Each task reads ku rows of the weight at a time across all its tiles (k outside the
+    tiles, the tiles' sums in L1 between), each tile's sums in registers: its FMAs take
+    the weight from memory and no sum is gathered. The fallback shares the tiles evenly among
+    the cores: 768 columns of 128 on 2 cores are 6 tasks of one tile (3 of 2 tiles ran one
+    core's 2 against the other's 1)."""
+    import re
+
+    import tvm
+    wl = Workload.create("dense", (1, 4096, 1024), layout="NN")
+    task = Task(wl, CPU)
+    cfg = task.fallback_config()
+    assert cfg.value("tiles", 1) > 1, cfg
+    script = task.instantiate(cfg).script()
+    loops = [v for vs in re.findall(r"for ([\w, ]+) in", script) for v in vs.split(", ")]
+    assert loops.index("k_0") < loops.index("j_1") < loops.index("k_1"), loops
+    asm = task.build(cfg).mod.inspect_source("asm")
+    fmas = re.findall(r"vfmadd\d+ps\s+(\S+)", asm)
+    assert fmas and not re.search(r"vgather|vscatter", asm)
+    assert sum("(" in f for f in fmas) * 2 >= len(fmas), fmas[:8]
+    two = tvm.target.Target({"kind": "llvm", "mcpu": "znver5", "num-cores": 2})
+    even = Task(Workload.create("dense", (1, 768, 3072), layout="NN"), two,
+                template="dense_gemv_nn.x86").fallback_config()
+    tiles = 768 // even.value("columns", 64)
+    assert tiles % (even.value("tiles", 1) * 2) == 0, even
+    _check(task, cfg, np.random.default_rng(9))

@@ -1175,3 +1175,127 @@ DENSE_GEMV_X86 = ScheduleTemplate(
 def _plain(wl):
     from .common import matmul_compute  # noqa: PLC0415
     return matmul_compute(wl)
+
+
+# ---- dense_gemv_nn.x86: a matrix-vector product and few rows (M <= 4) against a weight stored
+# [K, N] (layout NN: numpy's x @ W, a Relax matmul's weight). dense_pack.x86 packed the whole
+# weight at every call for one use of each element (1x768x3072: 0.48x numpy). Here the columns
+# go in register tiles of ``columns`` (xv: whole vectors); each parallel task owns ``tiles`` of
+# them and reads ``ku`` rows of the weight at a time across all of them (contiguous), each
+# tile's M x xv sums in registers over those rows and in L1 between them. An N that xv
+# does not divide leaves its last columns to a narrow pass of their own, and a block puts C
+# together from both. Knobs: columns, tiles, tile_k = [ko, ku].
+
+#: The most bytes of a task's sums (in L1; those over ``codegen.STACK_TILE_BYTES`` are a heap
+#: workspace rather than a stack array: 1x3072x768 with 6 KB of them ran as fast as with 2).
+GEMV_NN_SUMS_BYTES = 16384
+#: The blocks of N's last (N mod xv) columns and of C put together from both passes.
+GEMV_NN_REST_BLOCK, GEMV_NN_JOIN_BLOCK = MATMUL_BLOCK + "_rest", MATMUL_BLOCK + "_join"
+
+
+def _gemv_nn_check(wl, facts):
+    if wl.M > GEMV_MAX_M:
+        return f"M={wl.M} > {GEMV_MAX_M} (use dense_pack.x86)"
+    if wl.N < facts["vector_lanes"]:
+        return f"N={wl.N} is less than a vector (use dense_pack.x86)"
+    if wl.epilogue:
+        return "takes no epilogue (dense_pack.x86 does)"
+    return None
+
+
+def _gemv_nn_compute(wl, cfg):
+    """[A, B, C]: the plain matmul where the tile's columns divide N; else the sums of N's
+    whole tiles (block "C"), those of its last columns (``GEMV_NN_REST_BLOCK``), and C put
+    together from both (``GEMV_NN_JOIN_BLOCK``)."""
+    from tvm import te, tirx  # noqa: PLC0415
+    xv = cfg.value("columns", 64)
+    if wl.N % xv == 0:
+        return _plain(wl)
+    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+    a_el, b_el = element_at(wl, A, B)
+    whole, out = wl.N // xv * xv, wl.out_dtype
+
+    def dot(name, cols, first):
+        k = te.reduce_axis((0, wl.K), name="k")
+        return te.compute((wl.M, cols), lambda i, j: te.sum(
+            a_el((), i, k).astype(out) * b_el((), first + j, k).astype(out), axis=k), name=name)
+
+    main, rest = dot(MATMUL_BLOCK, whole, 0), dot(GEMV_NN_REST_BLOCK, wl.N - whole, whole)
+    C = te.compute(wl.out_shape, lambda i, j: tirx.if_then_else(
+        j < whole, main[i, j], rest[i, tirx.max(j - whole, 0)]), name=GEMV_NN_JOIN_BLOCK)
+    return [A, B, C]
+
+
+def _gemv_nn_schedule(sch, cfg, wl, facts):
+    """The matmul block C[m, n] = sum_k A[m, k] * W[k, n] (``matmul_compute``)."""
+    lanes = facts["vector_lanes"]
+    xc, xv = cfg.value("tiles", 1), cfg.value("columns", 64)
+    _, ku = cfg["tile_k"].size
+    c = sch.get_sblock(MATMUL_BLOCK)
+    i, j, k = sch.get_loops(c)
+    jo, jc, jv = sch.split(j, [None, xc, xv])
+    ko, ki = sch.split(k, [None, ku])
+    # ku rows of the weight at a time across all the task's tiles (xc x xv floats of each
+    # row, contiguous): 1x4096x4096 1.58 -> 1.17 ms against each tile sweeping K alone (512 B
+    # of a row at a time, a 16 KB stride). The task's sums stay in L1, each
+    # tile's in registers over its ku rows.
+    sch.reorder(jo, ko, jc, ki, i, jv)
+    sch.parallel(jo)
+    acc = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(acc, jo)
+    sch.unroll(ki)
+    sch.unroll(i)
+    vectorize_lanes(sch, jv, lanes)
+    vectorize_lanes(sch, sch.get_loops(acc)[-1], lanes)
+    sch.decompose_reduction(c, ko)
+    if has_block(sch, GEMV_NN_REST_BLOCK):
+        # N's last columns (fewer than xv): one narrow tile sweeping K, its sums in registers,
+        # in parallel over its whole vectors; then C put together from both (a pass over C).
+        r = sch.get_sblock(GEMV_NN_REST_BLOCK)
+        _, rj, rk = sch.get_loops(r)
+        cols = wl.N % xv
+        racc = sch.cache_write(r, 0, "local")
+        if cols % lanes == 0:
+            rjo, rjv = sch.split(rj, [None, lanes])
+            sch.reorder(rjo, rk, rjv)
+            sch.parallel(rjo)
+            sch.reverse_compute_at(racc, rjo)
+            sch.vectorize(rjv)
+        else:
+            sch.reorder(rk, rj)
+        sch.decompose_reduction(r, rk)
+        join = sch.get_sblock(GEMV_NN_JOIN_BLOCK)
+        sch.parallel(sch.fuse(*sch.get_loops(join)))
+
+
+def _gemv_nn_fallback(space, wl, facts):
+    lanes, regs, cores = facts["vector_lanes"], facts["vector_registers"], facts["num_cores"]
+    nb = DTYPE_BYTES[wl.out_dtype]
+    # Tiles of up to 8 vectors whose sums (M x vectors), one vector of the weight and A's
+    # broadcasts fit the registers and that divide N's whole vectors (N's last columns, fewer
+    # than a vector, go to the narrow pass); tasks of a power of two tiles whose sums fit L1,
+    # shared evenly by the cores (TVM gives each core a run of ceil(tasks / cores) tasks: 768
+    # columns of 128 in 3 tasks on 2 cores ran 0.81x numpy, in 6 1.09x). Of those, the longest
+    # run of each row a task reads (up to 8 KB; 1x4096x4096: 512 B 1.58 ms, 4 KB 1.17), then
+    # the widest tile.
+    most = max(1, min(8, (regs - 1 - wl.M) // wl.M))
+    best = None
+    for v in (v for v in range(1, most + 1) if (wl.N // lanes) % v == 0):
+        tiles = wl.N // (v * lanes)
+        for t in (1, 2, 4, 8, 16):
+            if wl.M * t * v * lanes * nb > GEMV_NN_SUMS_BYTES or t > 1 and t > tiles or \
+                    t > 1 and tiles % (t * cores) and tiles // t < 4 * cores:
+                continue
+            key = (min(t * v * lanes * nb, 8192), v, -t)
+            best = max(best, (key, v, t)) if best else (key, v, t)
+    _, v, t = best
+    ku = largest_factor(wl.K, 8)
+    ku = ku if ku >= 4 else min(8, 1 << (wl.K.bit_length() - 1))
+    return {"columns": v * lanes, "tiles": t, "tile_k": [-1, ku]}
+
+
+DENSE_GEMV_NN_X86 = ScheduleTemplate(
+    name="dense_gemv_nn.x86", op="dense", target_kind="llvm",
+    compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
+    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN",), priority=1)
