@@ -34,6 +34,11 @@ CPU_SUITE = {
     # A prime-ish N: GPT-2's language-model head (a vocabulary of 50257) at 64 tokens, the
     # weight stored [N, K] (N padded to the panels).
     "lm_head": Workload.create("dense", (64, 50257, 768), layout="NT"),
+    # A few rows of A against a large weight (4 sequences decoded at once: dense_gemv.x86's
+    # sums of 4 x 4 outputs), and one row against a weight stored [K, N] (numpy's x @ W, a
+    # transformer MLP's up projection at batch 1: dense_gemv_nn.x86).
+    "gemv_m4": Workload.create("dense", (4, 4096, 4096), layout="NT"),
+    "gemv_nn": Workload.create("dense", (1, 3072, 768), layout="NN"),
 }
 # The same roles on tiny shapes: a smoke run (CI, tests) that still goes through every path.
 CPU_QUICK = {
@@ -42,6 +47,7 @@ CPU_QUICK = {
     "chain_mm1": Workload.create("dense", (32, 32, 64), layout="NN"),
     "chain_mm2": Workload.create("dense", (32, 48, 32), layout="NN"),
     "gemv": Workload.create("dense", (1, 64, 48), layout="NT"),
+    "gemv_nn": Workload.create("dense", (1, 48, 32), layout="NN"),
     "odd": Workload.create("dense", (7, 13, 11), layout="NT"),
 }
 
