@@ -29,14 +29,16 @@ def quick_suite(tmp_path_factory):
 
 def test_cpu_suite_quick(quick_suite):
     _, rows, printed = quick_suite
-    # bmm, dense, gemv, odd, then the chain; every row measured, tuned, with numpy's best
-    # sample and (tuned matmul rows) the template's fallback timed beside it.
-    assert [r["name"].split()[0] for r in rows] == ["bmm", "dense", "gemv", "odd", "chain"]
+    # bmm, dense, gemv, gemv_nn, odd, then the chain; every row measured, tuned, with numpy's
+    # best sample and (tuned matmul rows) the template's fallback timed beside it.
+    assert [r["name"].split()[0] for r in rows] == ["bmm", "dense", "gemv", "gemv_nn", "odd",
+                                                    "chain"]
     assert all(r["ours_ms"] > 0 and r["ref_ms"] > 0 and r["ref_best_ms"] > 0 for r in rows)
     assert all(0 < r["ours_best_ms"] <= r["ours_ms"] for r in rows)
     assert all(r["tuned"].endswith("tuned") for r in rows)
     assert all(r["fallback_ms"] > 0 for r in rows[:-1])
     assert "dense_gemv.x86 tuned" in rows[2]["tuned"]
+    assert "dense_gemv_nn.x86 tuned" in rows[3]["tuned"]
     assert "ratio" in printed
 
 
@@ -58,7 +60,8 @@ def test_tuning_cost_quick(quick_suite, tmp_path, capsys):
     assert main(["--suite", "tuning-cost", "--quick", "--log", log, "--trials", "16",
                        "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert [r["name"] for r in rows] == ["bmm", "dense", "chain_mm1", "chain_mm2", "gemv", "odd"]
+    assert [r["name"] for r in rows] == ["bmm", "dense", "chain_mm1", "chain_mm2", "gemv",
+                                         "gemv_nn", "odd"]
     for r in rows:
         assert r["shipped_ms"] > 0 and 0 < r["trials"] <= 16 and r["best_ms"] > 0
         if r["reached_trial"] is not None:

@@ -87,6 +87,8 @@ def test_strategy_picks_gemv_for_few_rows():
     assert names((5, 512, 512)) == ["dense_pack.x86"]  # more rows: the packed GEMM
     assert names((1, 512, 512), "NN") == ["dense_gemv_nn.x86", "dense_pack.x86"]  # [K, N]
     assert names((1, 8, 512), "NN") == ["dense_pack.x86"]  # N under a vector
+    assert names((7, 512, 512), "NN") == ["dense_gemv_nn.x86", "dense_pack.x86"]
+    assert names((9, 512, 512), "NN") == ["dense_pack.x86"]
     assert names((1, 512, 512), epilogue="bias+relu") == ["dense_pack.x86"]
 
 
@@ -250,7 +252,8 @@ def test_gemv_prime_sizes_take_whole_vectors_and_tasks(shape):
 
 
 @pytest.mark.parametrize("shape", [(1, 768, 3072), (4, 1024, 256), (1, 1000, 1000),
-                                   (3, 4093, 61), (2, 16, 1), (1, 97, 7)], ids=str)
+                                   (3, 4093, 61), (2, 16, 1), (1, 97, 7), (6, 300, 100),
+                                   (7, 64, 33)], ids=str)
 def test_gemv_nn_numerics(shape):
     """dense_gemv_nn.x86 (a weight stored [K, N]): the fallback and random configs over tiles
     that divide N and ones that leave its last columns to the narrow pass (whole vectors of

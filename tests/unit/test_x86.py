@@ -772,3 +772,26 @@ def test_a_ragged_last_task_packs_by_the_edge_pack():
     a, b = random_inputs(wl, np.random.default_rng(6))
     kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False), lib)
     np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))
+
+
+@pytest.mark.parametrize("op,shape,layout", [
+    ("batch_matmul", (32, 7, 7, 7), "NN"), ("dense", (1, 64, 48), "NT"),
+    ("dense", (1, 48, 32), "NN")], ids=str)
+def test_tiny_products_run_on_the_calling_thread(op, shape, layout):
+    """Under ``SERIAL_FLOPS`` no loop is parallel: waking TVM's thread pool cost more than the
+    work (batch_matmul 32x7x7x7: 2.6 us in parallel, 0.5 alone; numpy 1.7). A product over
+    it keeps its parallel tasks. Right answers."""
+    from tvm_ext.ops.x86_gemm import SERIAL_FLOPS
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, "llvm")
+    assert wl.flop < SERIAL_FLOPS
+    assert "T.parallel" not in task.instantiate(task.fallback_config()).script()
+    big = Task(Workload.create(op, tuple(4 * d for d in shape), layout=layout), "llvm",
+               template=task.name)
+    assert big.workload.flop >= SERIAL_FLOPS
+    assert "T.parallel" in big.instantiate(big.fallback_config()).script()
+    cfg = task.fallback_config()
+    a, b = random_inputs(wl, np.random.default_rng(0))
+    kernel = tvm_ext.Kernel(task, tvm_ext.dispatch.Choice(wl, task.name, cfg, False),
+                            task.build(cfg))
+    np.testing.assert_allclose(kernel.run(a, b), reference_matmul(wl, a, b), *tolerance(wl))

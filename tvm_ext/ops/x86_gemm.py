@@ -307,7 +307,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
     # jt before it: consecutive tasks of one thread share a B panel.
     sch.reorder(*batch_loops, jt, it, io, jo, ko, ii_o, kin, ii_i, ji)
     outer = sch.fuse(*batch_loops, jt, it)
-    sch.parallel(outer)
+    parallel_unless_tiny(sch, outer, wl)
     # Accumulate the yi x xi tile in registers; write it back once, vectorised (or, for a
     # large tile with nothing after the matmul, in C itself: ``_in_place``); ``nt_store``:
     # written back by non-temporal stores (``_nt_write_back``).
@@ -376,6 +376,18 @@ def vectorize_lanes(sch, loop, lanes: int):
             sch.vectorize(inner)
             return
     sch.vectorize(loop)
+
+
+#: Fewer flops than this run on the calling thread alone: waking TVM's thread pool costs more
+#: than the work (batch_matmul 32x7x7x7, 22 kflop: 2.6 us in parallel, 0.5 alone, numpy 1.7;
+#: dense 33x65x129, 553 kflop, ran 6.9 us in parallel, 7.6 alone: ``bench.shapes``, 2-core Zen 5).
+SERIAL_FLOPS = 1 << 17
+
+
+def parallel_unless_tiny(sch, loop, wl):
+    """Mark ``loop`` parallel, unless the workload's flops are under ``SERIAL_FLOPS``."""
+    if wl.flop >= SERIAL_FLOPS:
+        sch.parallel(loop)
 
 
 #: The most of N that the columns split off a padded B stored [N, K] may be
@@ -1105,7 +1117,7 @@ def _gemv_schedule(sch, cfg, wl, facts):
     # Each vector of A is loaded once for the ``rows`` weight rows, each vector of a weight
     # row once for all M rows of A (M x rows partial sums).
     sch.reorder(jo, ji, koo, koi, i, jr, kin)
-    sch.parallel(jo)
+    parallel_unless_tiny(sch, jo, wl)
     sch.unroll(i)
     sch.unroll(jr)
     # The lanes' partial sums laid out [m, n, kv]: each output's kv sums one contiguous vector
@@ -1177,7 +1189,7 @@ def _plain(wl):
     return matmul_compute(wl)
 
 
-# ---- dense_gemv_nn.x86: a matrix-vector product and few rows (M <= 4) against a weight stored
+# ---- dense_gemv_nn.x86: a matrix-vector product and few rows (M <= 8) against a weight stored
 # [K, N] (layout NN: numpy's x @ W, a Relax matmul's weight). dense_pack.x86 packed the whole
 # weight at every call for one use of each element (1x768x3072: 0.48x numpy). Here the columns
 # go in register tiles of ``columns`` (xv: whole vectors); each parallel task owns ``tiles`` of
@@ -1193,9 +1205,17 @@ GEMV_NN_SUMS_BYTES = 16384
 GEMV_NN_REST_BLOCK, GEMV_NN_JOIN_BLOCK = MATMUL_BLOCK + "_rest", MATMUL_BLOCK + "_join"
 
 
+#: The most rows of A dense_gemv_nn.x86 takes (dense 7x3000x1000 NN: dense_pack.x86, packing
+#: the weight at every call, ran 0.73x numpy on 16 cores).
+GEMV_NN_MAX_M = 8
+
+
 def _gemv_nn_check(wl, facts):
-    if wl.M > GEMV_MAX_M:
-        return f"M={wl.M} > {GEMV_MAX_M} (use dense_pack.x86)"
+    if wl.M > GEMV_NN_MAX_M:
+        return f"M={wl.M} > {GEMV_NN_MAX_M} (use dense_pack.x86)"
+    if 2 * wl.M + 1 > facts["vector_registers"]:
+        return (f"M={wl.M} rows of sums, their broadcasts and a weight vector need more than "
+                f"the {facts['vector_registers']} vector registers (use dense_pack.x86)")
     if wl.N < facts["vector_lanes"]:
         return f"N={wl.N} is less than a vector (use dense_pack.x86)"
     if wl.epilogue:
@@ -1241,7 +1261,7 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
     # of a row at a time, a 16 KB stride). The task's sums stay in L1, each
     # tile's in registers over its ku rows.
     sch.reorder(jo, ko, jc, ki, i, jv)
-    sch.parallel(jo)
+    parallel_unless_tiny(sch, jo, wl)
     acc = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(acc, jo)
     sch.unroll(ki)
