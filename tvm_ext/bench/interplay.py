@@ -2,9 +2,12 @@
 
 OpenBLAS's workers spin for a while after each call (2^``OPENBLAS_THREAD_TIMEOUT`` cycles,
 2^28 by default), and so do TVM's (``TVM_THREAD_POOL_SPIN_COUNT`` rounds, by default 300000):
-a kernel called right after the other library's finds the cores busy. For each setting (both
-defaults; TVM's workers sleeping as soon as a kernel ends, ``tvm_ext.pool_yields``; OpenBLAS's
-after 2^4 cycles; both), a fresh process times, in turn:
+a kernel called right after the other library's finds the cores busy. TVM also pins each
+worker to a core but not the calling thread, which runs the first task: where the scheduler
+has put the caller on a worker's core, the two share it. For each setting (both defaults;
+TVM's workers sleeping as soon as a kernel ends, ``tvm_ext.pool_yields``; OpenBLAS's after 2^4
+cycles; both; TVM's workers not pinned, ``TVM_BIND_THREADS=0``), a fresh process times, in
+turn:
 
 - ``ours``: our kernel alone (each call after 50 ms of idle time);
 - ``ours after numpy``: our kernel called right after a numpy matmul of the same shape;
@@ -76,14 +79,16 @@ def _child(shape, calls: int) -> dict:
 SETTINGS = (("defaults", {}),
             ("TVM spin 0", {"TVM_THREAD_POOL_SPIN_COUNT": "0"}),
             ("BLAS timeout 4", {"OPENBLAS_THREAD_TIMEOUT": "4"}),
-            ("both", {"TVM_THREAD_POOL_SPIN_COUNT": "0", "OPENBLAS_THREAD_TIMEOUT": "4"}))
+            ("both", {"TVM_THREAD_POOL_SPIN_COUNT": "0", "OPENBLAS_THREAD_TIMEOUT": "4"}),
+            ("TVM unbound", {"TVM_BIND_THREADS": "0"}))
+#: The variables the settings set (cleared from each child's environment first).
+SETTING_VARS = ("TVM_THREAD_POOL_SPIN_COUNT", "OPENBLAS_THREAD_TIMEOUT", "TVM_BIND_THREADS")
 
 
 def run(shape, calls: int) -> list:
     rows = []
     for label, extra in SETTINGS:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("TVM_THREAD_POOL_SPIN_COUNT", "OPENBLAS_THREAD_TIMEOUT")}
+        env = {k: v for k, v in os.environ.items() if k not in SETTING_VARS}
         env.update(extra)
         cmd = [sys.executable, "-m", "tvm_ext.bench.interplay", "--child",
                "--shape", "x".join(map(str, shape)), "--calls", str(calls)]
