@@ -160,8 +160,8 @@ def _x86_gemv_nn(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     ``columns``; per row and tile, M x vectors FMAs into as many sums (chains of ku FMAs each),
     the sums to and from the stack between blocks of ku rows where a task holds several
     tiles. Bound by the busiest core's tiles or by memory, which streams less well where a
-    task reads a short run of each row (1x4096x4096: 512 B a row 1.35x slower than 4 KB on a
-    2-core Zen 5; docs/BENCHMARKS.md)."""
+    task reads a short run of each row (the CPU suite's gemv_nn row on a 2-core Zen 5: 384 B of
+    each row a task 0.079 ms, 768 B or more 0.048-0.050; docs/BENCHMARKS.md)."""
     lanes, nb = f["vector_lanes"], f["dtype_bytes"]
     M, N, K = f["M"], f["N"], f["K"]
     cpu = _cpu_part(f)

@@ -208,8 +208,8 @@ def test_gemv_partial_sums_stay_in_registers_with_several_rows_of_a():
     """M rows of A x ``rows`` weight rows of partial sums, each one contiguous vector (the
     rfactor's lanes innermost, [m, n, kv]): with the lanes outermost ([kv, m, n]) a vector of
     them was strided, and on AVX-512 LLVM kept 2 x 8 of them in memory, gathered and scattered
-    at every step (2x4096x4096 ran 5.6 ms, 1.0 now; numpy 4.9). No gathers, no scatters; the
-    lanes of each output summed in a row; numpy's answer."""
+    at every step (2x4096x4096 ran 5.3 ms, 1.15 now; numpy 5.0: ``bench.shapes``). No gathers,
+    no scatters; the lanes of each output summed in a row; numpy's answer."""
     import re
     wl = Workload.create("dense", (2, 256, 512), layout="NT")
     task = Task(wl, CPU, template="dense_gemv.x86")
@@ -228,7 +228,8 @@ def test_gemv_prime_sizes_take_whole_vectors_and_tasks(shape):
     """A prime K is summed in whole vectors up to its last multiple of the vector, the rest
     (fewer than a vector) after them, and a prime N is padded up to tasks of a power of two
     rows (rows past N read the weight's last row, cropped): before, the space offered only
-    their divisors, and 1x4096x4093 summed one float at a time (6.8 ms, numpy 1.5; 1.2 now).
+    their divisors, and 1x4096x4093 summed one float at a time (4.1 ms, numpy 0.8; now 1.07,
+    numpy 1.16: ``bench.shapes``).
     The fallback and random configs of the space (now with tiles that do not divide) give
     numpy's answer."""
     wl = Workload.create("dense", shape, layout="NT")

@@ -65,8 +65,9 @@ def test_the_model_knows_what_costs():
 
 def test_the_gemv_nn_model_ranks_long_runs_of_rows_and_even_tasks_first():
     """dense_gemv_nn.x86 on 1x4096x4096: a task reading 8 tiles of each row (4 KB) before one
-    reading 512 B (1.17 against 1.58 ms on a 2-core Zen 5), and on 768 columns 6 even tasks
-    before 3 that put 2 tiles on one core and 1 on the other; the estimates finite."""
+    reading 512 B (gemv_nn's sweep on a 2-core Zen 5: a short run of each row ran 1.6x
+    slower, docs/BENCHMARKS.md), and on 768 columns 6 even tasks before 3 that put 2 tiles on
+    one core and 1 on the other; the estimates finite."""
     task = Task(Workload.create("dense", (1, 4096, 4096), layout="NN"), CPU)
     long = task.config_with({"columns": 128, "tiles": 8, "tile_k": [-1, 8]})
     short = task.config_with({"columns": 128, "tiles": 1, "tile_k": [-1, 8]})

@@ -379,8 +379,8 @@ def vectorize_lanes(sch, loop, lanes: int):
 
 
 #: Fewer flops than this run on the calling thread alone: waking TVM's thread pool costs more
-#: than the work (batch_matmul 32x7x7x7, 22 kflop: 2.6 us in parallel, 0.5 alone, numpy 1.7;
-#: dense 33x65x129, 553 kflop, ran 6.9 us in parallel, 7.6 alone: ``bench.shapes``, 2-core Zen 5).
+#: than the work (batch_matmul 32x7x7x7, 22 kflop: 2.7 us in parallel, 0.5 alone, numpy 1.7:
+#: ``python -m tvm_ext.bench.shapes``, 2-core Zen 5). dense 33x65x129 (553 kflop) stays parallel.
 SERIAL_FLOPS = 1 << 17
 
 
@@ -1199,7 +1199,9 @@ def _plain(wl):
 # together from both. Knobs: columns, tiles, tile_k = [ko, ku].
 
 #: The most bytes of a task's sums (in L1; those over ``codegen.STACK_TILE_BYTES`` are a heap
-#: workspace rather than a stack array: 1x3072x768 with 6 KB of them ran as fast as with 2).
+#: workspace rather than a stack array: the CPU suite's gemv_nn row, 1x3072x768, with 16 tiles
+#: of 96 columns, 6 KB of sums, 0.049 ms, with 2 tiles 0.048; ``bench --suite cpu --only
+#: gemv_nn --sweep dense_gemv_nn.x86 --set columns=96,128 tiles=1,2,4,8,16``, 2-core Zen 5).
 GEMV_NN_SUMS_BYTES = 16384
 #: The blocks of N's last (N mod xv) columns and of C put together from both passes.
 GEMV_NN_REST_BLOCK, GEMV_NN_JOIN_BLOCK = MATMUL_BLOCK + "_rest", MATMUL_BLOCK + "_join"
@@ -1257,9 +1259,9 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
     jo, jc, jv = sch.split(j, [None, xc, xv])
     ko, ki = sch.split(k, [None, ku])
     # ku rows of the weight at a time across all the task's tiles (xc x xv floats of each
-    # row, contiguous): 1x4096x4096 1.58 -> 1.17 ms against each tile sweeping K alone (512 B
-    # of a row at a time, a 16 KB stride). The task's sums stay in L1, each
-    # tile's in registers over its ku rows.
+    # row, contiguous; gemv_nn, 1x3072x768: one tile of 96 columns a task 0.079 ms, 2 to 16
+    # of them 0.048-0.050, the sweep of ``GEMV_NN_SUMS_BYTES``). The task's sums stay in L1,
+    # each tile's in registers over its ku rows.
     sch.reorder(jo, ko, jc, ki, i, jv)
     parallel_unless_tiny(sch, jo, wl)
     acc = sch.cache_write(c, 0, "local")
@@ -1295,10 +1297,10 @@ def _gemv_nn_fallback(space, wl, facts):
     # Tiles of up to 8 vectors whose sums (M x vectors), one vector of the weight and A's
     # broadcasts fit the registers and that divide N's whole vectors (N's last columns, fewer
     # than a vector, go to the narrow pass); tasks of a power of two tiles whose sums fit L1,
-    # shared evenly by the cores (TVM gives each core a run of ceil(tasks / cores) tasks: 768
-    # columns of 128 in 3 tasks on 2 cores ran 0.81x numpy, in 6 1.09x). Of those, the longest
-    # run of each row a task reads (up to 8 KB; 1x4096x4096: 512 B 1.58 ms, 4 KB 1.17), then
-    # the widest tile.
+    # shared evenly by the cores (TVM gives each core a run of ceil(tasks / cores) tasks:
+    # gemv_nn's 24 tiles of 128 columns in 3 tasks on 2 cores ran 0.074 ms, in 12 0.051, the
+    # sweep of ``GEMV_NN_SUMS_BYTES``). Of those, the longest run of each row a task reads
+    # (up to 8 KB), then the widest tile.
     most = max(1, min(8, (regs - 1 - wl.M) // wl.M))
     best = None
     for v in (v for v in range(1, most + 1) if (wl.N // lanes) % v == 0):
