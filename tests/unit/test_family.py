@@ -181,6 +181,7 @@ def test_library_of_bucket_kernels_is_right_for_every_shape(tmp_path):
 @pytest.mark.parametrize("op,text,layout", [
     ("batch_matmul", "1..3x5..40:7x24x16", "TN"),   # odd sizes: every axis padded
     ("dense", "1..70:23x96x?", "NN"),               # K of any size (the generic kernel)
+    ("dense", "1..4x96x?", "NT"),                   # and of a weight stored [N, K]
     ("dense", "?x40x24", "TT"),
 ])
 def test_generic_kernel_any_layout_and_size(op, text, layout):

@@ -368,7 +368,12 @@ def vectorize_lanes(sch, loop, lanes: int):
     from tvm import tirx  # noqa: PLC0415
 
     extent = sch.get(loop).extent
-    if lanes and isinstance(extent, tirx.IntImm) and extent.value % lanes == 0:
+    if not isinstance(extent, tirx.IntImm):
+        # a loop of symbolic extent stays scalar: TVM vectorizes one only for targets with
+        # scalable vectors (a shape family's K in the pack of a weight stored [N, K] failed
+        # to build: "Failed to vectorize loop with extent (k + 3) // 4 * 4")
+        return
+    if lanes and extent.value % lanes == 0:
         vectors = extent.value // lanes
         if vectors & (vectors - 1):
             outer, inner = sch.split(loop, [vectors, lanes])
@@ -1061,11 +1066,10 @@ GEMV_TAIL_BLOCK, GEMV_SUM_BLOCK = MATMUL_BLOCK + "_tail", MATMUL_BLOCK + "_sum"
 
 
 def _gemv_compute(wl, cfg):
-    """[A, B, C]: the plain matmul where the config's tiles divide K and N; else the sums
-    over K's whole kv-vectors (block "C"), those over the rest of K (``GEMV_TAIL_BLOCK``) and
-    their sum (``GEMV_SUM_BLOCK``),
-    over N padded to whole tasks (rows past N read the weight's last row) and cropped
-    (``CROP_BLOCK``)."""
+    """[A, B, C]: the plain matmul where the config's tiles divide K and N; else, over N
+    padded to whole tasks (rows past N read the weight's last row) and cropped
+    (``CROP_BLOCK``), the sums over K's whole kv-vectors (block "C"), those over the rest of K
+    (``GEMV_TAIL_BLOCK``) and their sum (``GEMV_SUM_BLOCK``)."""
     from tvm import te  # noqa: PLC0415
     _, xi = cfg["tile_x"].size
     kv = cfg["tile_k"].size[-1]
@@ -1142,7 +1146,7 @@ def _gemv_schedule(sch, cfg, wl, facts):
             sch.compute_inline(sch.get_sblock(GEMV_SUM_BLOCK))
         last = sch.get_sblock(CROP_BLOCK if has_block(sch, CROP_BLOCK) else GEMV_SUM_BLOCK)
         outputs = sch.fuse(*sch.get_loops(last))
-        sch.parallel(outputs)
+        parallel_unless_tiny(sch, outputs, wl)
         tail = sch.get_sblock(GEMV_TAIL_BLOCK)
         sch.compute_at(tail, outputs)
         sch.set_scope(tail, 0, "local")
@@ -1281,14 +1285,14 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
         if cols % lanes == 0:
             rjo, rjv = sch.split(rj, [None, lanes])
             sch.reorder(rjo, rk, rjv)
-            sch.parallel(rjo)
+            parallel_unless_tiny(sch, rjo, wl)
             sch.reverse_compute_at(racc, rjo)
             sch.vectorize(rjv)
         else:
             sch.reorder(rk, rj)
         sch.decompose_reduction(r, rk)
         join = sch.get_sblock(GEMV_NN_JOIN_BLOCK)
-        sch.parallel(sch.fuse(*sch.get_loops(join)))
+        parallel_unless_tiny(sch, sch.fuse(*sch.get_loops(join)), wl)
 
 
 def _gemv_nn_fallback(space, wl, facts):
