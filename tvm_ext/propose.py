@@ -158,7 +158,7 @@ def _x86_gemv(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
 def _x86_gemv_nn(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     """dense_gemv_nn.x86: each task reads ku rows of the weight at a time across its tiles of
     ``columns``; per row and tile, M x vectors FMAs into as many sums (chains of ku FMAs each),
-    the sums to and from the stack between blocks of ku rows where a task holds several
+    the sums to and from L1 between blocks of ku rows where a task holds several
     tiles. Bound by the busiest core's tiles or by memory, which streams less well where a
     task reads a short run of each row (the CPU suite's gemv_nn row on a 2-core Zen 5: 384 B of
     each row a task 0.079 ms, 768 B or more 0.048-0.050; docs/BENCHMARKS.md)."""

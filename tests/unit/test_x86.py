@@ -779,7 +779,7 @@ def test_a_ragged_last_task_packs_by_the_edge_pack():
     ("dense", (1, 48, 32), "NN")], ids=str)
 def test_tiny_products_run_on_the_calling_thread(op, shape, layout):
     """Under ``SERIAL_FLOPS`` no loop is parallel: waking TVM's thread pool cost more than the
-    work (batch_matmul 32x7x7x7: 2.6 us in parallel, 0.5 alone; numpy 1.7). A product over
+    work (batch_matmul 32x7x7x7: 2.7 us in parallel, 0.5 alone; numpy 1.7). A product over
     it keeps its parallel tasks. Right answers."""
     from tvm_ext.ops.x86_gemm import SERIAL_FLOPS
     wl = Workload.create(op, shape, layout=layout)
