@@ -1202,11 +1202,11 @@ def _plain(wl):
 # does not divide leaves its last columns to a narrow pass of their own, and a block puts C
 # together from both. Knobs: columns, tiles, tile_k = [ko, ku].
 
-#: The most bytes of a task's sums (in L1; those over ``codegen.STACK_TILE_BYTES`` are a heap
-#: workspace rather than a stack array: the CPU suite's gemv_nn row, 1x3072x768, with 16 tiles
-#: of 96 columns, 6 KB of sums, 0.049 ms, with 2 tiles 0.048; ``bench --suite cpu --only
-#: gemv_nn --sweep dense_gemv_nn.x86 --set columns=96,128 tiles=1,2,4,8,16``, 2-core Zen 5).
-GEMV_NN_SUMS_BYTES = 16384
+# A task's sums take at most 16 KB (the space's rule), in L1; those over
+# ``codegen.STACK_TILE_BYTES`` are a heap workspace rather than a stack array: the CPU suite's
+# gemv_nn row, 1x3072x768, with 16 tiles of 96 columns, 6 KB of sums, ran 0.049 ms, with 2
+# tiles 0.048 (the gemv_nn sweep: ``bench --suite cpu --only gemv_nn --sweep
+# dense_gemv_nn.x86 --set columns=96,128 tiles=1,2,4,8,16``, 2-core Zen 5).
 #: The blocks of N's last (N mod xv) columns and of C put together from both passes.
 GEMV_NN_REST_BLOCK, GEMV_NN_JOIN_BLOCK = MATMUL_BLOCK + "_rest", MATMUL_BLOCK + "_join"
 
@@ -1264,7 +1264,7 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
     ko, ki = sch.split(k, [None, ku])
     # ku rows of the weight at a time across all the task's tiles (xc x xv floats of each
     # row, contiguous; gemv_nn, 1x3072x768: one tile of 96 columns a task 0.079 ms, 2 to 16
-    # of them 0.048-0.050, the sweep of ``GEMV_NN_SUMS_BYTES``). The task's sums stay in L1,
+    # of them 0.048-0.050, the gemv_nn sweep above). The task's sums stay in L1,
     # each tile's in registers over its ku rows.
     sch.reorder(jo, ko, jc, ki, i, jv)
     parallel_unless_tiny(sch, jo, wl)
@@ -1296,29 +1296,27 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
 
 
 def _gemv_nn_fallback(space, wl, facts):
-    lanes, regs, cores = facts["vector_lanes"], facts["vector_registers"], facts["num_cores"]
-    nb = DTYPE_BYTES[wl.out_dtype]
-    # Tiles of up to 8 vectors whose sums (M x vectors), one vector of the weight and A's
-    # broadcasts fit the registers and that divide N's whole vectors (N's last columns, fewer
-    # than a vector, go to the narrow pass); tasks of a power of two tiles whose sums fit L1,
-    # shared evenly by the cores (TVM gives each core a run of ceil(tasks / cores) tasks:
-    # gemv_nn's 24 tiles of 128 columns in 3 tasks on 2 cores ran 0.074 ms, in 12 0.051, the
-    # sweep of ``GEMV_NN_SUMS_BYTES``). Of those, the longest run of each row a task reads
-    # (up to 8 KB), then the widest tile.
-    most = max(1, min(8, (regs - 1 - wl.M) // wl.M))
+    lanes, cores, nb = facts["vector_lanes"], facts["num_cores"], DTYPE_BYTES[wl.out_dtype]
+    ku = largest_factor(wl.K, 8)
+    ku = ku if ku >= 4 else min(8, 1 << (wl.K.bit_length() - 1))
+    # Of the configs the space allows (sums in registers and L1, N's rest narrow), tiles of
+    # whole vectors that divide N's whole vectors, and tasks of a power of two tiles shared
+    # evenly by the cores (TVM gives each core a run of ceil(tasks / cores) tasks: gemv_nn's
+    # 24 tiles of 128 columns in 3 tasks on 2 cores ran 0.074 ms, in 12 0.051, the gemv_nn
+    # sweep above): the longest run of each row a task reads (up to 8 KB), then the widest
+    # tile.
     best = None
-    for v in (v for v in range(1, most + 1) if (wl.N // lanes) % v == 0):
+    for v in (v for v in range(1, 9) if (wl.N // lanes) % v == 0):
         tiles = wl.N // (v * lanes)
         for t in (1, 2, 4, 8, 16):
-            if wl.M * t * v * lanes * nb > GEMV_NN_SUMS_BYTES or t > 1 and t > tiles or \
+            values = {"columns": v * lanes, "tiles": t, "tile_k": [-1, ku]}
+            cfg = space.config_from_values(values)
+            if cfg.index is None or space.violations(cfg) or \
                     t > 1 and tiles % (t * cores) and tiles // t < 4 * cores:
                 continue
             key = (min(t * v * lanes * nb, 8192), v, -t)
-            best = max(best, (key, v, t)) if best else (key, v, t)
-    _, v, t = best
-    ku = largest_factor(wl.K, 8)
-    ku = ku if ku >= 4 else min(8, 1 << (wl.K.bit_length() - 1))
-    return {"columns": v * lanes, "tiles": t, "tile_k": [-1, ku]}
+            best = max(best, (key, values)) if best else (key, values)
+    return best[1] if best else {"columns": lanes, "tiles": 1, "tile_k": [-1, ku]}
 
 
 DENSE_GEMV_NN_X86 = ScheduleTemplate(
