@@ -42,8 +42,9 @@ def load_space_spec(template: str, path: Optional[str] = None) -> Dict[str, Any]
         raise SpaceError(f"space file {p} is not valid JSON (line {err.lineno}: {err.msg})") \
             from None
     if isinstance(spec, dict) and "same_as" in spec:
-        # A template whose space is another's, seen on its own view of the workload
-        # (``Template.view``): that file's knobs, lets and rules, and this file's rules after
+        # A template whose space is another's (a batch_matmul template that runs a dense
+        # one's kernel on each batch, or one on its own view of the workload, ``Template.view``):
+        # that file's knobs, lets and rules, and this file's rules after
         base = load_space_spec(spec["same_as"])
         spec = {**base, "template": spec.get("template", template),
                 "doc": spec.get("doc", base.get("doc", "")),
