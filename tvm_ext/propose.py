@@ -146,12 +146,14 @@ def _x86_gemv(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
         step *= 2.0  # a partial vector: masked or scalar tails
     step += 2.0 / max(ku, 1)  # the ko loop, once per ku steps
     cores = max(1, int(f.get("num_cores") or os.cpu_count() or 1))
-    tasks = -(-N // xi)
+    batch = f.get("B", 1)  # batch_matmul_gemv.x86: every batch's tasks in one loop
+    tasks = batch * -(-N // xi)
     busy = min(cores, tasks)
     rounds = -(-tasks // cores)
-    cycles = N * (K / kv) * step * (rounds * busy / tasks) / busy + 200.0 * rounds
+    cycles = batch * N * (K / kv) * step * (rounds * busy / tasks) / busy + 200.0 * rounds
     seconds = cycles / (cpu["clock_ghz"] * 1e9)
-    memory = (N * K + M * K + M * N) * nb / (cpu["dram_gbs"] * 1e9) * (1.0 + 0.2 / rows)
+    memory = batch * (N * K + M * K + M * N) * nb / (cpu["dram_gbs"] * 1e9) * \
+        (1.0 + 0.2 / rows)
     return max(seconds, memory) + 0.2 * min(seconds, memory)
 
 
@@ -710,7 +712,7 @@ def model_for(template: str) -> Optional[Callable]:
     """The performance model of a template's family, or None."""
     if template in ("batch_matmul.x86", "dense_pack.x86", "dense_swap.x86"):
         return _x86_gemm
-    if template == "dense_gemv.x86":
+    if template in ("dense_gemv.x86", "dense_gemv_t.x86", "batch_matmul_gemv.x86"):
         return _x86_gemv
     if template == "dense_gemv_nn.x86":
         return _x86_gemv_nn

@@ -17,7 +17,8 @@ from .template import Template
 
 BUILTIN = (
     x86_gemm.BATCH_MATMUL_X86, x86_gemm.DENSE_PACK_X86, x86_gemm.DENSE_SWAP_X86,
-    x86_gemm.DENSE_GEMV_X86, x86_gemm.DENSE_GEMV_NN_X86,
+    x86_gemm.DENSE_GEMV_X86, x86_gemm.DENSE_GEMV_NN_X86, x86_gemm.DENSE_GEMV_T_X86,
+    x86_gemm.BATCH_MATMUL_GEMV_X86,
     cuda_simt.BATCH_MATMUL_CUDA, cuda_simt.DENSE_LARGE_BATCH_CUDA,
     cuda_simt.DENSE_SMALL_BATCH_CUDA, cuda_sgemm.DENSE_SGEMM, cuda_sgemm.BATCH_MATMUL_SGEMM,
     *cuda_tensorcore.TEMPLATES,
@@ -54,8 +55,9 @@ def all_templates() -> List[Template]:
 
 
 def templates_for(workload, target, facts=None, *, schedulable=False) -> List[Template]:
-    """Templates that apply to a workload on a target, highest priority first (only those with
-    a schedule if ``schedulable``); a one-line error naming why none does."""
+    """Templates that apply to a workload on a target, highest priority first (``Template.rank``:
+    for some it depends on the shape; only those with a schedule if ``schedulable``); a one-line
+    error naming why none does."""
     kind = target_info(target)["kind"]
     facts = facts or hardware_facts(target, workload.dtype)
     found, reasons = [], []
@@ -70,4 +72,4 @@ def templates_for(workload, target, facts=None, *, schedulable=False) -> List[Te
     if not found:
         detail = "; ".join(reasons) if reasons else f"no {workload.op} template for {kind}"
         raise TemplateError(f"no template for {workload} on {kind}: {detail}")
-    return sorted(found, key=lambda t: -t.priority)
+    return sorted(found, key=lambda t: -t.rank(workload, facts))

@@ -26,7 +26,7 @@ Which templates exist, and which apply to a workload, is ``tvm_ext.strategy``'s 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 ALL_LAYOUTS = ("NN", "NT", "TN", "TT")
 
@@ -173,8 +173,9 @@ class Template:
     check: Callable
     dtypes: Tuple[str, ...]
     layouts: Tuple[str, ...] = ALL_LAYOUTS
-    # Among the templates that apply, the highest priority is the default.
-    priority: int = 0
+    # Among the templates that apply, the highest priority is the default: a number, or
+    # (workload, facts) -> a number where the default depends on the shape (``rank``).
+    priority: Union[int, Callable] = 0
     # Imports a template needs before it makes a kernel (tensor intrinsics): kept lazy, so that
     # neither the CLI nor a build worker pays for them unless the template is used.
     prepare: Optional[Callable] = None
@@ -207,6 +208,11 @@ class Template:
     def module(self) -> str:
         """The module that defines the template (a worker imports it to find a user's)."""
         raise NotImplementedError
+
+    def rank(self, workload, facts) -> int:
+        """Its priority for ``workload``: the default among the templates that apply is the
+        highest (``strategy.templates_for``)."""
+        return self.priority(workload, facts) if callable(self.priority) else self.priority
 
     def why_not(self, workload, facts) -> Optional[str]:
         if workload.op != self.op:

@@ -29,8 +29,7 @@ def _check(task, cfg, rng):
                                    (1, 1, 1), (2, 1000, 1000)], ids=str)
 def test_gemv_numerics(shape):
     wl = Workload.create("dense", shape, layout="NT")
-    task = Task(wl, CPU)
-    assert task.name == "dense_gemv.x86"
+    task = Task(wl, CPU, template="dense_gemv.x86")  # (the default for one row: the test below)
     rng = np.random.default_rng(0)
     picks = task.space.random_valid(np.random.default_rng(1), 3)
     for cfg in [task.fallback_config()] + [task.config(i) for i in picks]:
@@ -296,3 +295,64 @@ def test_gemv_nn_reads_rows_of_the_weight_across_the_tasks_tiles():
     tiles = 768 // even.value("columns", 64)
     assert tiles % (even.value("tiles", 1) * 2) == 0, even
     _check(task, cfg, np.random.default_rng(9))
+
+
+@pytest.mark.parametrize("shape", [(16, 1, 1, 4096), (3, 4, 131, 61), (5, 2, 37, 300),
+                                   (2, 3, 17, 1)], ids=str)
+def test_batched_gemv_numerics(shape):
+    """batch_matmul_gemv.x86 (dense_gemv.x86 on each batch): the fallback and random configs,
+    prime N and K (N padded, K's rest), K = 1; the space counts every batch's tasks (16 dot
+    products: one task each, the fallback in the space)."""
+    wl = Workload.create("batch_matmul", shape, layout="NT")
+    task = Task(wl, CPU, template="batch_matmul_gemv.x86")
+    cfg = task.fallback_config()
+    assert cfg.index is not None and not task.space.violations(cfg), cfg
+    rng = np.random.default_rng(11)
+    picks = task.space.random_valid(np.random.default_rng(12), 3)
+    for c in [cfg] + [task.config(i) for i in picks]:
+        _check(task, c, rng)
+
+
+@pytest.mark.parametrize("shape", [(8192, 1, 1024), (1000, 3, 777), (77, 1, 333), (37, 4, 61),
+                                   (5, 2, 1)], ids=str)
+def test_gemv_t_numerics(shape):
+    """dense_gemv_t.x86 (few columns: C^T = B A^T by dense_gemv.x86's kernel, written back
+    transposed): the fallback and random configs, prime M and K, K = 1. Its kernel reads A in
+    place: no block packs it, and its FMAs are vector ones, nothing gathered."""
+    import re
+    wl = Workload.create("dense", shape, layout="NT")
+    task = Task(wl, CPU, template="dense_gemv_t.x86")
+    cfg = task.fallback_config()
+    assert cfg.index is not None and not task.space.violations(cfg), cfg
+    assert "pack" not in task.instantiate(cfg).script()
+    rng = np.random.default_rng(13)
+    picks = task.space.random_valid(np.random.default_rng(14), 3)
+    for c in [cfg] + [task.config(i) for i in picks]:
+        _check(task, c, rng)
+    if wl.K % task.facts["vector_lanes"] == 0:  # vector FMAs, nothing gathered (the pass
+        # over K's rest, where there is one, loads a float of each row a step: gathers)
+        asm = task.build(cfg).mod.inspect_source("asm")
+        assert re.search(r"vfmadd\d+ps", asm) and not re.search(r"vgather|vscatter", asm)
+
+
+def test_gemv_is_the_default_where_it_wins():
+    """The default template by shape (``Template.rank``): the gemv templates for one row (or
+    column) and for 2-4 over a K of 8 vectors or more, the packed kernels for 2-4 over a
+    shorter K (each output's lanes summed at its end cost as much as its few products);
+    every one of them still applies (tunable, records kept)."""
+    from tvm_ext.target import hardware_facts
+    short, long_ = 4 * hardware_facts(CPU)["vector_lanes"], 8 * hardware_facts(CPU)["vector_lanes"]
+
+    def names(op, shape):
+        return [t.name for t in templates_for(Workload.create(op, shape, layout="NT"), CPU)]
+    assert names("dense", (1, 4096, short)) == ["dense_gemv.x86", "dense_pack.x86"]
+    assert names("dense", (4, 4096, short)) == ["dense_pack.x86", "dense_gemv.x86"]
+    assert names("dense", (4, 4096, long_)) == ["dense_gemv.x86", "dense_pack.x86"]
+    assert names("dense", (8192, 1, 1024)) == ["dense_gemv_t.x86", "dense_pack.x86"]
+    assert names("dense", (1024, 4, short)) == ["dense_pack.x86", "dense_gemv_t.x86"]
+    assert names("dense", (1024, 5, 1024)) == ["dense_pack.x86"]  # more columns
+    assert names("dense", (4, 4, 1024)) == ["dense_gemv.x86", "dense_pack.x86"]
+    assert names("batch_matmul", (16, 1, 1, 4096)) == ["batch_matmul_gemv.x86",
+                                                       "batch_matmul.x86"]
+    assert names("batch_matmul", (12, 4, 197, short)) == ["batch_matmul.x86",
+                                                          "batch_matmul_gemv.x86"]

@@ -1069,7 +1069,8 @@ def _gemv_compute(wl, cfg):
     """[A, B, C]: the plain matmul where the config's tiles divide K and N; else, over N
     padded to whole tasks (rows past N read the weight's last row) and cropped
     (``CROP_BLOCK``), the sums over K's whole kv-vectors (block "C"), those over the rest of K
-    (``GEMV_TAIL_BLOCK``) and their sum (``GEMV_SUM_BLOCK``)."""
+    (``GEMV_TAIL_BLOCK``) and their sum (``GEMV_SUM_BLOCK``). A batch_matmul's blocks have its
+    batch axis first (``batch_matmul_gemv.x86``)."""
     from tvm import te  # noqa: PLC0415
     _, xi = cfg["tile_x"].size
     kv = cfg["tile_k"].size[-1]
@@ -1079,55 +1080,74 @@ def _gemv_compute(wl, cfg):
     B = te.placeholder(wl.b_shape, wl.dtype, name="B")
     a_el, b_el = element_at(wl, A, B)
     cols, whole, out = -(-wl.N // xi) * xi, wl.K // kv * kv, wl.out_dtype
+    shape = (*wl.out_shape[:-1], cols)  # (B,) M, N padded
 
-    def prod(i, j, k):  # a row past N reads the weight's last row (its sum is cropped)
-        return a_el((), i, k).astype(out) * \
-            b_el((), te.min(j, wl.N - 1) if cols != wl.N else j, k).astype(out)
+    def prod(idx, k):  # a row past N reads the weight's last row (its sum is cropped)
+        *lead, i, j = idx
+        return a_el(tuple(lead), i, k).astype(out) * \
+            b_el(tuple(lead), te.min(j, wl.N - 1) if cols != wl.N else j, k).astype(out)
 
     k = te.reduce_axis((0, whole), name="k")
-    C = main = te.compute((wl.M, cols), lambda i, j: te.sum(prod(i, j, k), axis=k),
-                          name=MATMUL_BLOCK)
+    C = main = te.compute(shape, lambda *idx: te.sum(prod(idx, k), axis=k), name=MATMUL_BLOCK)
     if whole != wl.K:
         t = te.reduce_axis((0, wl.K - whole), name="t")
-        rest = te.compute((wl.M, cols), lambda i, j: te.sum(prod(i, j, whole + t), axis=t),
+        rest = te.compute(shape, lambda *idx: te.sum(prod(idx, whole + t), axis=t),
                           name=GEMV_TAIL_BLOCK)
-        C = te.compute((wl.M, cols), lambda i, j: main[i, j] + rest[i, j], name=GEMV_SUM_BLOCK)
+        C = te.compute(shape, lambda *idx: main(*idx) + rest(*idx), name=GEMV_SUM_BLOCK)
     if cols != wl.N:
         last = C
-        C = te.compute(wl.out_shape, lambda i, j: last[i, j], name=CROP_BLOCK)
+        C = te.compute(wl.out_shape, lambda *idx: last(*idx), name=CROP_BLOCK)
     return [A, B, C]
+
+
+#: With fewer vectors of K than this in a row of A, a product of 2 to 4 rows takes the packed
+#: kernel by default: the gemv sums each output's lanes at its end, which costs as much as its
+#: few vector products (``bench.shapes --versus``: dense 4x4096x64 and batch_matmul
+#: 12x4x197x64 ran faster packed, 4x4096x256 and 12x4x197x256 as gemv, 2-core Zen 5). One
+#: row of A keeps the gemv: its packed kernel has register tiles of 1 x N.
+GEMV_MIN_K_VECTORS = 8
+
+
+def _gemv_priority(wl, facts):
+    """dense_gemv.x86's priority (``Template.rank``): 1, above the packed kernel's 0, but for
+    a K of few vectors with M > 1 (``GEMV_MIN_K_VECTORS``): -1."""
+    return 1 if wl.M == 1 or wl.K >= GEMV_MIN_K_VECTORS * facts["vector_lanes"] else -1
 
 
 def _gemv_check(wl, facts):
     if wl.M > GEMV_MAX_M:
-        return f"M={wl.M} > {GEMV_MAX_M} (use dense_pack.x86)"
+        return f"M={wl.M} > {GEMV_MAX_M} (use " \
+            f"{'dense_pack.x86' if wl.op == 'dense' else 'batch_matmul.x86'})"
     if wl.epilogue:  # the lanes' sum is a reduction block: no write-back to fuse into
         return "its final sum across the vector lanes takes no epilogue (dense_pack.x86 does)"
     return None
 
 
-def _gemv_schedule(sch, cfg, wl, facts):
-    """The matmul block C[m, n] = sum_k A[m, k] * W[n, k] (``matmul_compute``)."""
+def _gemv_schedule(sch, cfg, wl, facts, transposed: bool = False):
+    """The matmul block C[(b,) m, n] = sum_k A[(b,) m, k] * W[(b,) n, k] (``matmul_compute``);
+    a batch_matmul's tasks are its batches' tasks side by side. ``transposed``: its outputs
+    are written to C^T (``dense_gemv_t.x86``): the pass over K's rest takes them n, then m."""
     _, xi = cfg["tile_x"].size
     _, ku, kv = cfg["tile_k"].size
     rows = cfg.value("rows", 1)
     c = sch.get_sblock(MATMUL_BLOCK)
-    _, _, k = sch.get_loops(c)
+    k = sch.get_loops(c)[-1]
     ko, kin = sch.split(k, [None, kv])
-    rf = sch.rfactor(kin, 0)  # C_rf[kv, m, n]: the partial sums of each lane
-    i, j, ko, kin = sch.get_loops(rf)
+    rf = sch.rfactor(kin, 0)  # C_rf[kv, (b,) m, n]: the partial sums of each lane
+    *lead, i, j, ko, kin = sch.get_loops(rf)
     jo, ji, jr = sch.split(j, [None, xi // rows, rows])
     koo, koi = sch.split(ko, [None, ku])
     # Each vector of A is loaded once for the ``rows`` weight rows, each vector of a weight
     # row once for all M rows of A (M x rows partial sums).
     sch.reorder(jo, ji, koo, koi, i, jr, kin)
-    parallel_unless_tiny(sch, jo, wl)
+    parallel_unless_tiny(sch, sch.fuse(*lead, jo) if lead else jo, wl)
     sch.unroll(i)
     sch.unroll(jr)
-    # The lanes' partial sums laid out [m, n, kv]: each output's kv sums one contiguous vector
-    # (as rfactor leaves them, [kv, m, n], a vector of them is strided, and LLVM kept 16 such
-    # accumulators in memory, gathered and scattered at every step).
-    sch.transform_layout(rf, ("write", 0), lambda k, m, n: (m, n, k))
+    # The lanes' partial sums laid out [(b,) m, n, kv]: each output's kv sums one contiguous
+    # vector (as rfactor leaves them, [kv, m, n], a vector of them is strided, and LLVM kept 16
+    # such accumulators in memory, gathered and scattered at every step).
+    sch.transform_layout(rf, ("write", 0), (lambda k, b, m, n: (b, m, n, k)) if lead
+                         else (lambda k, m, n: (m, n, k)))
     sch.set_scope(rf, 0, "local")  # the kv partial sums of its outputs, in registers
     sch.unroll(koi)
     vectorize_lanes(sch, kin, facts["vector_lanes"])
@@ -1145,6 +1165,8 @@ def _gemv_schedule(sch, cfg, wl, facts):
         if has_block(sch, CROP_BLOCK):
             sch.compute_inline(sch.get_sblock(GEMV_SUM_BLOCK))
         last = sch.get_sblock(CROP_BLOCK if has_block(sch, CROP_BLOCK) else GEMV_SUM_BLOCK)
+        if transposed:
+            sch.reorder(*sch.get_loops(last)[-1:-3:-1])
         outputs = sch.fuse(*sch.get_loops(last))
         parallel_unless_tiny(sch, outputs, wl)
         tail = sch.get_sblock(GEMV_TAIL_BLOCK)
@@ -1172,8 +1194,8 @@ def _gemv_fallback(space, wl, facts):
     # number of the most weight rows side by side (up to 8) that the registers allow: the
     # first that breaks none of the space's rules (N = 1000: 40 rows a task, 8 side by side,
     # rather than 50 rows 2 at a time). An N they do not divide is padded to whole tasks of a
-    # power of two rows (N = 4093: 64, not 1).
-    most = max(1, min(64, wl.N // (8 * facts["num_cores"])))
+    # power of two rows (N = 4093: 64, not 1). A batch's tasks count with its other batches'.
+    most = max(1, min(64, wl.batch * wl.N // (8 * facts["num_cores"])))
     for rows in (8, 4, 2, 1):
         xi = rows * largest_factor(wl.N // rows, max(1, most // rows)) if wl.N % rows == 0 \
             else max(rows, 1 << (most.bit_length() - 1))
@@ -1185,7 +1207,64 @@ def _gemv_fallback(space, wl, facts):
 DENSE_GEMV_X86 = ScheduleTemplate(
     name="dense_gemv.x86", op="dense", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
-    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT",), priority=1)
+    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT",), priority=_gemv_priority)
+
+
+# ---- batch_matmul_gemv.x86: dense_gemv.x86 on each batch (M <= 4, B stored [batch, N, K]),
+# the batches' tasks side by side in one parallel loop. batch_matmul.x86 packed each batch's
+# B and took register tiles of M x 1 for N = 1: 16 dot products of 4096 (batch_matmul
+# 16x1x1x4096 NT) ran 0.09x numpy (``bench.shapes``).
+BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
+    name="batch_matmul_gemv.x86", op="batch_matmul", target_kind="llvm",
+    compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
+    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT",), priority=_gemv_priority)
+
+
+# ---- dense_gemv_t.x86: few columns (N <= 4) against many rows of A, B stored [N, K] (NT): the
+# transposed product C^T = B A^T is dense_gemv.x86's (``swapped``: B's N rows are its few
+# rows, A its weight, streamed once), its outputs written to C transposed in the same task.
+# dense_pack.x86 took register tiles of M x N columns (a value head, nn.Linear(1024, 1), at
+# 8192 tokens: dense 8192x1x1024 ran 0.72x numpy, ``bench.shapes``).
+def _gemv_t_compute(wl, cfg):
+    """[A, B, C] with C[m, n] = C^T[n, m] (``TRANSPOSE_BLOCK``): dense_gemv.x86's compute of
+    the transposed product, whose placeholder "A" is ``wl``'s B and "B" its A."""
+    from tvm import te  # noqa: PLC0415
+    b, a, ct = _gemv_compute(swapped(wl), cfg)
+    return [a, b, te.compute(wl.out_shape, lambda i, j: ct[j, i], name=TRANSPOSE_BLOCK)]
+
+
+def _gemv_t_schedule(sch, cfg, wl, facts):
+    """dense_gemv.x86's schedule of the transposed product; its outputs written to C row by
+    row of C (m, then n: contiguous stores) where they are computed."""
+    _gemv_schedule(sch, cfg, swapped(wl), facts, transposed=True)
+    t = sch.get_sblock(TRANSPOSE_BLOCK)
+    (last,) = sch.get_producers(t)
+    name = sch.get(last).name_hint
+    if name == MATMUL_BLOCK:  # the lanes' sums (a reduction): from registers, in the task
+        sch.set_scope(last, 0, "local")
+        sch.reverse_compute_at(t, sch.get_loops(last)[1])
+        last = t
+    else:  # N's crop (in the task) or the pass over K's rest (n, then m): C written there
+        sch.reverse_compute_inline(t)
+    if name != GEMV_SUM_BLOCK and len(sch.get_loops(last)) == 4:  # (task, rows, n, m)
+        sch.reorder(*sch.get_loops(last)[:-3:-1])
+
+
+def _gemv_t_check(wl, facts):
+    if wl.M <= GEMV_MAX_M:
+        return f"M={wl.M} <= {GEMV_MAX_M} (dense_gemv.x86 takes few rows of A)"
+    if wl.N > GEMV_MAX_M:
+        return f"N={wl.N} > {GEMV_MAX_M} (use dense_pack.x86)"
+    return _gemv_check(swapped(wl), facts)
+
+
+DENSE_GEMV_T_X86 = ScheduleTemplate(
+    name="dense_gemv_t.x86", op="dense", target_kind="llvm", compute=_gemv_t_compute,
+    schedule=_gemv_t_schedule, fallback=lambda space, wl, facts: _gemv_fallback(
+        space, swapped(wl), facts),
+    check=_gemv_t_check, dtypes=("float32", "float64"), layouts=("NT",),
+    priority=lambda wl, facts: _gemv_priority(swapped(wl), facts), view=swapped,
+    schedulable=False)
 
 
 def _plain(wl):
