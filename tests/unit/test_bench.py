@@ -223,6 +223,24 @@ def test_cpu_sweep_checks_and_samples_every_combination(capsys):
     assert all(r.ours_ms > 0 and r.ref_ms > 0 and r.tuned == "batch_matmul.x86" for r in rows)
 
 
+def test_shapes_samples_other_templates_in_turn(capsys):
+    """``bench.shapes --versus T``: T's fallback checked against numpy and sampled in turn
+    with each row it applies to but does not serve (dense 4x4096x64: the packed kernel by
+    default, the gemv beside it); a row it serves or does not take has none; an unknown
+    template is a one-line error (exit 2) before anything is built."""
+    from tvm_ext.bench import shapes
+    key = next(k for k, w in shapes.workloads().items() if str(w) == "dense 4x4096x64 float32 NT")
+    one = next(k for k, w in shapes.workloads().items() if str(w) == "dense 1x1000x1000 float32 NT")
+    assert shapes.main(["--only", key, one, "--repeat", "1", "--versus", "dense_gemv.x86"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    row, other = (next(line for line in out if line.startswith(k + " ")) for k in (key, one))
+    assert "(dense_pack.x86 fallback)" in row and "; dense_gemv.x86 fallback " in row, row
+    assert "(dense_gemv.x86 fallback)" in other and "; dense_gemv.x86" not in other, other
+    with pytest.raises(SystemExit) as err:
+        shapes.main(["--versus", "no_such.x86"])
+    assert err.value.code == 2 and "unknown template 'no_such.x86'" in capsys.readouterr().err
+
+
 def test_one_kernel_for_a_profiler_checks_its_arguments_first(capsys):
     """``python -m tvm_ext.bench.one``: an unknown suite key, no kernel named (or two), knobs
     set on a log's record and a knob with several values are one-line errors (exit 2) before

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -34,6 +34,9 @@ class Row:
     # CPU rows of ``bench.peak --gemm``: the FMA peak kernel's GFLOP/s (median, best) sampled
     # in turn with the row.
     peak_gflops: Optional[Tuple[float, float]] = None
+    # CPU rows with ``versus`` (``bench.shapes --versus``): {template: its fallback's median
+    # ms} of the other templates that apply, sampled in turn with the row.
+    others: Optional[Dict[str, float]] = None
 
     @property
     def ratio(self) -> float:
@@ -95,6 +98,8 @@ def print_table(rows: List[Row], *, ref_name: str):
         if r.ms_ms is not None:
             extra += (f"; MetaSchedule {r.ms_ms:.4g} ms "
                       f"(MetaSchedule / ours {r.ms_ms / r.ours_ms:.2f})")
+        for t, ms in (r.others or {}).items():
+            extra += f"; {t} fallback {ms:.4g} ms ({ref_name} / it {r.ref_ms / ms:.2f})"
         print(f"{r.name:<58} {r.ref_ms:>10.4g} {r.ours_ms:>11.4g} {r.ratio:>6.2f} {gf:>8.1f}  "
               f"{r.ref_spread} | {r.ours_spread} ({r.tuned}){extra}")
     replays = [r for r in rows if r.replay_ms]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -88,15 +88,20 @@ def metaschedule_kernels(suite, target, *, trials: int, work_dir: str):
 
 def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
             ms_workdir: str = "tvm_ext_logs/metaschedule_cpu", target=None,
-            peak: Optional[Tuple[Callable[[], object], float]] = None) -> List[Row]:
+            peak: Optional[Tuple[Callable[[], object], float]] = None,
+            versus: Sequence[str] = ()) -> List[Row]:
     """One row per matmul of ``suite`` ("bmm", "dense") and one for the chain ("chain_mm1" ->
     exp -> "chain_mm2"); each side one warm-up, then ``repeat`` samples. With
     ``metaschedule`` = N > 0, MetaSchedule's own tuning (N trials per matmul) is a third
     method of every row. ``target``: an llvm target to build for instead of the host's (AVX2
     code on an AVX-512 host, say). ``peak`` ((call, flops per call): ``bench.peak``'s FMA
-    peak kernel) is sampled in turn with every row, its rates in ``row.peak_gflops``."""
+    peak kernel) is sampled in turn with every row, its rates in ``row.peak_gflops``.
+    ``versus``: templates whose fallbacks are sampled in turn with each row they apply to
+    (but its own), their medians in ``row.others``."""
     import tvm  # noqa: PLC0415
     from ..dispatch import apply_history_best, build  # noqa: PLC0415
+    from ..strategy import templates_for  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
     from ..measure.check import matmul_operands, random_inputs  # noqa: PLC0415
     from ..target import host_cpu_target  # noqa: PLC0415
     from ..codegen import use_host_cores  # noqa: PLC0415
@@ -134,6 +139,14 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         if k.choice.tuned:  # the untuned build of the same template, for the tuned/fallback
             fb = build_fallback(k.task)
             calls["fallback"] = lambda: fb(*args)
+        others = [t.name for t in templates_for(wl, target)
+                  if t.name in versus and t.name != k.task.name]
+        for t in others:  # other templates' fallbacks (``bench.shapes --versus``)
+            other = build_fallback(Task(wl, target, template=t))
+            other(*args)
+            np.testing.assert_allclose(args[2].numpy(), np.matmul(a_mk, b_kn), rtol=1e-3,
+                                       atol=1e-3)
+            calls[t] = functools.partial(other, *args)
         samples = _in_turn(calls, repeat, peak)
         ref, ours = median_ms(samples["numpy"]), median_ms(samples["ours"])
         row = Row(f"{name} {wl}", wl.flop, *ref, *ours,
@@ -146,6 +159,7 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
         if "MetaSchedule" in samples:
             row.ms_ms = median_ms(samples["MetaSchedule"])[0]
         row.peak_gflops = peak_rates(peak, samples)
+        row.others = {t: median_ms(samples[t])[0] for t in others} or None
         rows.append(row)
 
     # The chain X . W1 -> exp -> . W2 (both matmuls tuned, exp a separate vectorised kernel).

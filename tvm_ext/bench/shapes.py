@@ -4,10 +4,14 @@ The CPU suite's rows are tuned; a user's shapes mostly are not. This bench build
 of each shape below (no log: the kernel a user gets before tuning) and times it against numpy
 as the CPU suite does (``bench.cpu.run_cpu``: in turn, each sample after idle time). The shapes:
 one to four rows of A against large weights stored either way (decoding: ``dense_gemv.x86``,
-``dense_gemv_nn.x86``), primes in every position, skinny, square, flat and deep products, and
-small batches of small matrices.
+``dense_gemv_nn.x86``), one to four columns (``dense_gemv_t.x86``), primes in every position,
+skinny, square, flat and deep products, small batches of small matrices and batches of few
+rows (``batch_matmul_gemv.x86``).
 
-    python -m tvm_ext.bench.shapes [--repeat 7] [--only d0 b3 ...]
+``--versus T1 T2 ...``: those templates' fallbacks too, on each row they apply to but do not
+serve by default, sampled in turn with it (which template a shape should default to).
+
+    python -m tvm_ext.bench.shapes [--repeat 7] [--only d0 b3 ...] [--versus T ...]
 """
 from __future__ import annotations
 
@@ -24,10 +28,13 @@ DENSE = [(1, 1000, 1000, "NT"), (1, 768, 3072, "NN"), (2, 4096, 4096, "NT"),
          (7, 3000, 1000, "NN"), (384, 1024, 4096, "NT"), (4096, 64, 64, "NN"),
          (128, 128, 8192, "NN"), (2048, 2048, 16, "NN"), (33, 65, 129, "NT"),
          (1, 4096, 4093, "NT"), (1, 4093, 4096, "NT"), (1, 4096, 4096, "NN"),
-         (1, 1000, 1000, "NN")]
+         (1, 1000, 1000, "NN"), (8192, 1, 1024, "NT"), (1000, 3, 777, "NT"),
+         (4, 4096, 64, "NT"), (4, 4096, 256, "NT"), (3, 333, 77, "NT"), (64, 64, 65536, "NN")]
 #: (B, M, N, K, layout) of the batch_matmul rows.
 BATCHED = [(12, 128, 128, 64, "NT"), (12, 128, 64, 128, "NN"), (8, 1, 1024, 64, "NT"),
-           (32, 7, 7, 7, "NN"), (3, 333, 222, 111, "NT"), (96, 197, 197, 64, "NT")]
+           (32, 7, 7, 7, "NN"), (3, 333, 222, 111, "NT"), (96, 197, 197, 64, "NT"),
+           (16, 1, 1, 4096, "NT"), (32, 1, 1024, 128, "NT"), (12, 4, 197, 64, "NT"),
+           (12, 4, 197, 256, "NT")]
 
 
 def workloads() -> dict:
@@ -44,7 +51,15 @@ def main(argv=None) -> int:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=7, help="samples of each side (default 7)")
     p.add_argument("--only", nargs="*", help="only these rows (d0, d1, ..., b0, ...)")
+    p.add_argument("--versus", nargs="*", default=[], metavar="TEMPLATE",
+                   help="also these templates' fallbacks on the rows they apply to")
     args = p.parse_args(argv)
+    from ..strategy import get_template  # noqa: PLC0415
+    from ..errors import TvmExtError  # noqa: PLC0415
+    try:
+        [get_template(t) for t in args.versus]
+    except TvmExtError as err:
+        p.error(f"--versus: {err}")
     suite = workloads()
     unknown = sorted(set(args.only or []) - set(suite))
     if unknown:
@@ -55,7 +70,8 @@ def main(argv=None) -> int:
         suite = {k: v for k, v in suite.items() if k in args.only}
     from .common import print_table  # noqa: PLC0415
     from .cpu import run_cpu  # noqa: PLC0415
-    rows = run_cpu(suite, log=None, repeat=args.repeat)  # no log: every kernel the fallback
+    rows = run_cpu(suite, log=None, repeat=args.repeat,  # no log: every kernel the fallback
+                   versus=args.versus)
     print_table(rows, ref_name="numpy")
     return 0
 
