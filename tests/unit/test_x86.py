@@ -550,6 +550,21 @@ def test_the_fallback_pads_m_to_the_full_register_tile_where_that_adds_little():
         assert cfg["tile_y"].size[-1] == 4 and cfg.value("nt_store", 0) == 1, cfg
 
 
+def test_a_deep_k_packs_each_panel_of_b_once():
+    """Where a column panel of B (K x xi) outgrows a core's L2, the fallback wants one task a
+    core, not two: each task packs its panel, and dense 64x64x65536's rows split into two
+    tasks packed its 8 MB panels twice (2.1-2.5 ms, now 1.7: ``bench.shapes``). Its 2 panels
+    of 32 columns (AVX-512) on 2 cores: one task a panel; a K whose panels fit: 2 tasks a
+    panel. AVX2's 4 panels of 16 are 4 tasks either way."""
+    for target, k, row_groups in ((AVX512, 65536, 1), (AVX512, 1024, 2), (AVX2, 65536, 1)):
+        task = Task(Workload.create("dense", (64, 64, k), layout="NN"), target,
+                    template="dense_pack.x86")
+        cfg = task.fallback_config()
+        assert (k * cfg["tile_x"].size[-1] * 4 > task.facts["l2_bytes"]) == (k == 65536), cfg
+        assert 64 // (cfg["tile_y"].size[1] * cfg["tile_y"].size[2]) == row_groups, (k, cfg)
+        assert not task.space.violations(cfg), cfg
+
+
 def test_the_fallback_keeps_whole_tiles_only_for_non_temporal_stores(small_l3):
     """Whether the fallback keeps register tiles that divide M rather than the full one is the
     space's nt_store rule, not a threshold of its own: with C larger than the last-level cache

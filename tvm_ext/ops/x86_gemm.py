@@ -855,7 +855,13 @@ def fallback_tiles(wl, facts, pad_m: bool = True):
     ki = largest_factor(wl.K, 4)  # a prime K: see _padded_k
     col_tiles = -(-wl.N // xi)
     row_tiles = -(-wl.M // yi)
-    tasks_wanted = 2 * facts["num_cores"]
+    # Two tasks a core; one where a column panel of B outgrows a core's L2 (a deep K): each
+    # task packs its panel, so row tiles split into more tasks pack it more times over (dense
+    # 64x64x65536 NN, 8 MB panels on 2 cores: 4 tasks 2.1-2.5 ms, 2 tasks 1.7, numpy 2.1-3.3;
+    # ``bench.shapes``, Zen 5)
+    l2 = facts.get("l2_bytes", 0)
+    deep = l2 and wl.K * xi * DTYPE_BYTES[wl.dtype] > l2
+    tasks_wanted = (1 if deep else 2) * facts["num_cores"]
     yt = 1
     while wl.batch * col_tiles * yt < tasks_wanted and row_tiles % (yt * 2) == 0:
         yt *= 2
