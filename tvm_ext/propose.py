@@ -170,17 +170,19 @@ def _x86_gemv_nn(v: Mapping[str, Any], f: Mapping[str, Any]) -> float:
     xv, xc, ku = int(v["columns"]), int(v.get("tiles", 1)), v["tile_k"][-1]
     vecs = -(-xv // lanes)
     cores = max(1, int(f.get("num_cores") or os.cpu_count() or 1))
-    tiles = max(1, N // xv)
-    tasks = -(-tiles // xc)
+    batch = f.get("B", 1)  # batch_matmul_gemv_nn.x86: every batch's tasks in one loop
+    per_batch = max(1, N // xv)
+    tiles = batch * per_batch
+    tasks = batch * -(-per_batch // xc)
     busiest = min(tiles, -(-tasks // cores) * xc)
     block = max(4.0 * ku, ku * M * vecs / float(cpu["fma_units"])) + \
         (2.0 * M * vecs if xc > 1 else 0.0)
-    cycles = busiest * -(-K // ku) * block + (N % xv) * K * M / lanes * 4.0
+    cycles = busiest * -(-K // ku) * block + batch * (N % xv) * K * M / lanes * 4.0
     seconds = cycles / (cpu["clock_ghz"] * 1e9)
-    run = min(tiles, xc) * xv * nb  # bytes of each row a task reads in one go
+    run = min(per_batch, xc) * xv * nb  # bytes of each row a task reads in one go
     share = busiest * min(cores, tiles) / tiles  # the busiest core's bytes over an even share
-    memory = (N * K + M * K + M * N) * nb / (cpu["dram_gbs"] * 1e9) * (1.0 + 128.0 / run) * \
-        share
+    memory = batch * (N * K + M * K + M * N) * nb / (cpu["dram_gbs"] * 1e9) * \
+        (1.0 + 128.0 / run) * share
     return max(seconds, memory) + 0.2 * min(seconds, memory)
 
 
@@ -714,7 +716,7 @@ def model_for(template: str) -> Optional[Callable]:
         return _x86_gemm
     if template in ("dense_gemv.x86", "dense_gemv_t.x86", "batch_matmul_gemv.x86"):
         return _x86_gemv
-    if template == "dense_gemv_nn.x86":
+    if template in ("dense_gemv_nn.x86", "batch_matmul_gemv_nn.x86"):
         return _x86_gemv_nn
     if template in ("batch_matmul.cuda", "dense_large_batch.cuda"):
         return _cuda_simt

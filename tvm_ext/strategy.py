@@ -18,7 +18,7 @@ from .template import Template
 BUILTIN = (
     x86_gemm.BATCH_MATMUL_X86, x86_gemm.DENSE_PACK_X86, x86_gemm.DENSE_SWAP_X86,
     x86_gemm.DENSE_GEMV_X86, x86_gemm.DENSE_GEMV_NN_X86, x86_gemm.DENSE_GEMV_T_X86,
-    x86_gemm.BATCH_MATMUL_GEMV_X86,
+    x86_gemm.BATCH_MATMUL_GEMV_X86, x86_gemm.BATCH_MATMUL_GEMV_NN_X86,
     cuda_simt.BATCH_MATMUL_CUDA, cuda_simt.DENSE_LARGE_BATCH_CUDA,
     cuda_simt.DENSE_SMALL_BATCH_CUDA, cuda_sgemm.DENSE_SGEMM, cuda_sgemm.BATCH_MATMUL_SGEMM,
     *cuda_tensorcore.TEMPLATES,

@@ -297,13 +297,15 @@ def test_gemv_nn_reads_rows_of_the_weight_across_the_tasks_tiles():
     _check(task, cfg, np.random.default_rng(9))
 
 
-@pytest.mark.parametrize("shape", [(16, 1, 1, 4096), (3, 4, 131, 61), (5, 2, 37, 300),
-                                   (2, 3, 17, 1)], ids=str)
-def test_batched_gemv_numerics(shape):
+@pytest.mark.parametrize("shape,layout", [
+    ((16, 1, 1, 4096), "NT"), ((3, 4, 131, 61), "NT"), ((5, 2, 37, 300), "NT"),
+    ((2, 3, 17, 1), "NT"), ((16, 1, 1, 4096), "NN"), ((3, 2, 1, 61), "NN")], ids=str)
+def test_batched_gemv_numerics(shape, layout):
     """batch_matmul_gemv.x86 (dense_gemv.x86 on each batch): the fallback and random configs,
-    prime N and K (N padded, K's rest), K = 1; the space counts every batch's tasks (16 dot
-    products: one task each, the fallback in the space)."""
-    wl = Workload.create("batch_matmul", shape, layout="NT")
+    prime N and K (N padded, K's rest), K = 1, a B stored [K, 1] (its column K contiguous
+    floats); the space counts every batch's tasks (16 dot products: one task each, the
+    fallback in the space)."""
+    wl = Workload.create("batch_matmul", shape, layout=layout)
     task = Task(wl, CPU, template="batch_matmul_gemv.x86")
     cfg = task.fallback_config()
     assert cfg.index is not None and not task.space.violations(cfg), cfg
@@ -313,14 +315,16 @@ def test_batched_gemv_numerics(shape):
         _check(task, c, rng)
 
 
-@pytest.mark.parametrize("shape", [(8192, 1, 1024), (1000, 3, 777), (77, 1, 333), (37, 4, 61),
-                                   (5, 2, 1)], ids=str)
-def test_gemv_t_numerics(shape):
+@pytest.mark.parametrize("shape,layout", [
+    ((8192, 1, 1024), "NT"), ((1000, 3, 777), "NT"), ((77, 1, 333), "NT"), ((37, 4, 61), "NT"),
+    ((5, 2, 1), "NT"), ((8192, 1, 1024), "NN"), ((77, 1, 333), "NN")], ids=str)
+def test_gemv_t_numerics(shape, layout):
     """dense_gemv_t.x86 (few columns: C^T = B A^T by dense_gemv.x86's kernel, written back
-    transposed): the fallback and random configs, prime M and K, K = 1. Its kernel reads A in
-    place: no block packs it, and its FMAs are vector ones, nothing gathered."""
+    transposed): the fallback and random configs, prime M and K, K = 1, a B stored [K, 1].
+    Its kernel reads A in place: no block packs it, and its FMAs are vector ones, nothing
+    gathered."""
     import re
-    wl = Workload.create("dense", shape, layout="NT")
+    wl = Workload.create("dense", shape, layout=layout)
     task = Task(wl, CPU, template="dense_gemv_t.x86")
     cfg = task.fallback_config()
     assert cfg.index is not None and not task.space.violations(cfg), cfg
@@ -356,3 +360,32 @@ def test_gemv_is_the_default_where_it_wins():
                                                        "batch_matmul.x86"]
     assert names("batch_matmul", (12, 4, 197, short)) == ["batch_matmul.x86",
                                                           "batch_matmul_gemv.x86"]
+    # B stored [K, N]: its one column is a row of K contiguous floats (the gemv's), more
+    # columns are dense_gemv_nn.x86's tiles (a batch's too)
+    wl = Workload.create("dense", (8192, 1, 1024), layout="NN")
+    assert [t.name for t in templates_for(wl, CPU)] == ["dense_gemv_t.x86", "dense_pack.x86"]
+    wl = Workload.create("batch_matmul", (16, 1, 1, 4096), layout="NN")
+    assert [t.name for t in templates_for(wl, CPU)][0] == "batch_matmul_gemv.x86"
+    wl = Workload.create("batch_matmul", (32, 1, 128, 4096), layout="NN")
+    assert [t.name for t in templates_for(wl, CPU)] == ["batch_matmul_gemv_nn.x86",
+                                                        "batch_matmul.x86"]
+    from tvm_ext.strategy import get_template
+    few = Workload.create("dense", (64, 3, 64), layout="NN")
+    assert "N=3 > 1 (use dense_pack.x86)" in get_template("dense_gemv_t.x86").why_not(
+        few, hardware_facts(CPU))
+
+
+@pytest.mark.parametrize("shape", [(32, 1, 128, 1024), (3, 5, 100, 77), (2, 8, 16, 1),
+                                   (4, 3, 97, 61), (12, 1, 64, 197)], ids=str)
+def test_batched_gemv_nn_numerics(shape):
+    """batch_matmul_gemv_nn.x86 (dense_gemv_nn.x86 on each batch, B stored [batch, K, N]):
+    the fallback and random configs, N's last columns in the narrow pass, prime sizes, K = 1;
+    the fallback in the space, whose tasks count every batch's."""
+    wl = Workload.create("batch_matmul", shape, layout="NN")
+    task = Task(wl, CPU, template="batch_matmul_gemv_nn.x86")
+    cfg = task.fallback_config()
+    assert cfg.index is not None and not task.space.violations(cfg), cfg
+    rng = np.random.default_rng(15)
+    picks = task.space.random_valid(np.random.default_rng(16), 3)
+    for c in [cfg] + [task.config(i) for i in picks]:
+        _check(task, c, rng)

@@ -1121,9 +1121,11 @@ def _gemv_priority(wl, facts):
 
 
 def _gemv_check(wl, facts):
+    if wl.layout == "NN" and wl.N > 1:  # one column of a [K, N] weight is K contiguous floats
+        return f"a weight stored [K, N] with N={wl.N} > 1 (use " + \
+            ("dense" if wl.op == "dense" else "batch_matmul") + "_gemv_nn.x86)"
     if wl.M > GEMV_MAX_M:
-        return f"M={wl.M} > {GEMV_MAX_M} (use " \
-            f"{'dense_pack.x86' if wl.op == 'dense' else 'batch_matmul.x86'})"
+        return f"M={wl.M} > {GEMV_MAX_M} (use {_packed(wl)})"
     if wl.epilogue:  # the lanes' sum is a reduction block: no write-back to fuse into
         return "its final sum across the vector lanes takes no epilogue (dense_pack.x86 does)"
     return None
@@ -1213,7 +1215,8 @@ def _gemv_fallback(space, wl, facts):
 DENSE_GEMV_X86 = ScheduleTemplate(
     name="dense_gemv.x86", op="dense", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
-    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT",), priority=_gemv_priority)
+    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT", "NN"),
+    priority=_gemv_priority)
 
 
 # ---- batch_matmul_gemv.x86: dense_gemv.x86 on each batch (M <= 4, B stored [batch, N, K]),
@@ -1223,7 +1226,8 @@ DENSE_GEMV_X86 = ScheduleTemplate(
 BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
     name="batch_matmul_gemv.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
-    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT",), priority=_gemv_priority)
+    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT", "NN"),
+    priority=_gemv_priority)
 
 
 # ---- dense_gemv_t.x86: few columns (N <= 4) against many rows of A, B stored [N, K] (NT): the
@@ -1257,6 +1261,8 @@ def _gemv_t_schedule(sch, cfg, wl, facts):
 
 
 def _gemv_t_check(wl, facts):
+    if wl.layout == "NN" and wl.N > 1:  # B's one column, K contiguous floats, as a row
+        return f"a weight stored [K, N] with N={wl.N} > 1 (use dense_pack.x86)"
     if wl.M <= GEMV_MAX_M:
         return f"M={wl.M} <= {GEMV_MAX_M} (dense_gemv.x86 takes few rows of A)"
     if wl.N > GEMV_MAX_M:
@@ -1268,9 +1274,14 @@ DENSE_GEMV_T_X86 = ScheduleTemplate(
     name="dense_gemv_t.x86", op="dense", target_kind="llvm", compute=_gemv_t_compute,
     schedule=_gemv_t_schedule, fallback=lambda space, wl, facts: _gemv_fallback(
         space, swapped(wl), facts),
-    check=_gemv_t_check, dtypes=("float32", "float64"), layouts=("NT",),
+    check=_gemv_t_check, dtypes=("float32", "float64"), layouts=("NT", "NN"),
     priority=lambda wl, facts: _gemv_priority(swapped(wl), facts), view=swapped,
     schedulable=False)
+
+
+def _packed(wl) -> str:
+    """The packed GEMM template of ``wl``'s op: where the gemv templates send what they refuse."""
+    return "dense_pack.x86" if wl.op == "dense" else "batch_matmul.x86"
 
 
 def _plain(wl):
@@ -1303,14 +1314,14 @@ GEMV_NN_MAX_M = 8
 
 def _gemv_nn_check(wl, facts):
     if wl.M > GEMV_NN_MAX_M:
-        return f"M={wl.M} > {GEMV_NN_MAX_M} (use dense_pack.x86)"
+        return f"M={wl.M} > {GEMV_NN_MAX_M} (use {_packed(wl)})"
     if 2 * wl.M + 1 > facts["vector_registers"]:
         return (f"M={wl.M} rows of sums, their broadcasts and a weight vector need more than "
-                f"the {facts['vector_registers']} vector registers (use dense_pack.x86)")
+                f"the {facts['vector_registers']} vector registers (use {_packed(wl)})")
     if wl.N < facts["vector_lanes"]:
-        return f"N={wl.N} is less than a vector (use dense_pack.x86)"
+        return f"N={wl.N} is less than a vector (use {_packed(wl)})"
     if wl.epilogue:
-        return "takes no epilogue (dense_pack.x86 does)"
+        return f"takes no epilogue ({_packed(wl)} does)"
     return None
 
 
@@ -1325,16 +1336,18 @@ def _gemv_nn_compute(wl, cfg):
     A = te.placeholder(wl.a_shape, wl.dtype, name="A")
     B = te.placeholder(wl.b_shape, wl.dtype, name="B")
     a_el, b_el = element_at(wl, A, B)
-    whole, out = wl.N // xv * xv, wl.out_dtype
+    whole, out, lead = wl.N // xv * xv, wl.out_dtype, wl.out_shape[:-2]
 
     def dot(name, cols, first):
         k = te.reduce_axis((0, wl.K), name="k")
-        return te.compute((wl.M, cols), lambda i, j: te.sum(
-            a_el((), i, k).astype(out) * b_el((), first + j, k).astype(out), axis=k), name=name)
+        return te.compute((*lead, wl.M, cols), lambda *x: te.sum(
+            a_el(x[:-2], x[-2], k).astype(out) * b_el(x[:-2], first + x[-1], k).astype(out),
+            axis=k), name=name)
 
     main, rest = dot(MATMUL_BLOCK, whole, 0), dot(GEMV_NN_REST_BLOCK, wl.N - whole, whole)
-    C = te.compute(wl.out_shape, lambda i, j: tirx.if_then_else(
-        j < whole, main[i, j], rest[i, tirx.max(j - whole, 0)]), name=GEMV_NN_JOIN_BLOCK)
+    C = te.compute(wl.out_shape, lambda *x: tirx.if_then_else(
+        x[-1] < whole, main(*x), rest(*x[:-1], tirx.max(x[-1] - whole, 0))),
+        name=GEMV_NN_JOIN_BLOCK)
     return [A, B, C]
 
 
@@ -1344,7 +1357,7 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
     xc, xv = cfg.value("tiles", 1), cfg.value("columns", 64)
     _, ku = cfg["tile_k"].size
     c = sch.get_sblock(MATMUL_BLOCK)
-    i, j, k = sch.get_loops(c)
+    *lead, i, j, k = sch.get_loops(c)  # (a batch_matmul's batch: its tasks beside the others)
     jo, jc, jv = sch.split(j, [None, xc, xv])
     ko, ki = sch.split(k, [None, ku])
     # ku rows of the weight at a time across all the task's tiles (xc x xv floats of each
@@ -1352,6 +1365,7 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
     # of them 0.048-0.050, the gemv_nn sweep above). The task's sums stay in L1,
     # each tile's in registers over its ku rows.
     sch.reorder(jo, ko, jc, ki, i, jv)
+    jo = sch.fuse(*lead, jo) if lead else jo
     parallel_unless_tiny(sch, jo, wl)
     acc = sch.cache_write(c, 0, "local")
     sch.reverse_compute_at(acc, jo)
@@ -1364,17 +1378,19 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
         # N's last columns (fewer than xv): one narrow tile sweeping K, its sums in registers,
         # in parallel over its whole vectors; then C put together from both (a pass over C).
         r = sch.get_sblock(GEMV_NN_REST_BLOCK)
-        _, rj, rk = sch.get_loops(r)
+        *rl, _, rj, rk = sch.get_loops(r)
         cols = wl.N % xv
         racc = sch.cache_write(r, 0, "local")
         if cols % lanes == 0:
             rjo, rjv = sch.split(rj, [None, lanes])
             sch.reorder(rjo, rk, rjv)
-            parallel_unless_tiny(sch, rjo, wl)
+            parallel_unless_tiny(sch, rl[0] if rl else rjo, wl)  # (batches: in parallel)
             sch.reverse_compute_at(racc, rjo)
             sch.vectorize(rjv)
         else:
             sch.reorder(rk, rj)
+            if rl:
+                parallel_unless_tiny(sch, rl[0], wl)
         sch.decompose_reduction(r, rk)
         join = sch.get_sblock(GEMV_NN_JOIN_BLOCK)
         parallel_unless_tiny(sch, sch.fuse(*sch.get_loops(join)), wl)
@@ -1396,8 +1412,8 @@ def _gemv_nn_fallback(space, wl, facts):
         for t in (1, 2, 4, 8, 16):
             values = {"columns": v * lanes, "tiles": t, "tile_k": [-1, ku]}
             cfg = space.config_from_values(values)
-            if cfg.index is None or space.violations(cfg) or \
-                    t > 1 and tiles % (t * cores) and tiles // t < 4 * cores:
+            if cfg.index is None or space.violations(cfg) or t > 1 and \
+                    wl.batch * tiles % (t * cores) and wl.batch * tiles // t < 4 * cores:
                 continue
             key = (min(t * v * lanes * nb, 8192), v, -t)
             best = max(best, (key, values)) if best else (key, values)
@@ -1406,5 +1422,14 @@ def _gemv_nn_fallback(space, wl, facts):
 
 DENSE_GEMV_NN_X86 = ScheduleTemplate(
     name="dense_gemv_nn.x86", op="dense", target_kind="llvm",
+    compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
+    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN",), priority=1)
+
+# batch_matmul_gemv_nn.x86: dense_gemv_nn.x86 on each batch (M <= 8, B stored [batch, K, N]:
+# attention's probabilities times V at decoding), the batches' tasks side by side.
+# batch_matmul.x86 packed each batch's B: 32x1x128x4096 (32 heads over 4096 tokens) ran 0.59x
+# numpy (``bench.shapes``).
+BATCH_MATMUL_GEMV_NN_X86 = ScheduleTemplate(
+    name="batch_matmul_gemv_nn.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
     check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN",), priority=1)
