@@ -1222,7 +1222,7 @@ DENSE_GEMV_X86 = ScheduleTemplate(
 # ---- batch_matmul_gemv.x86: dense_gemv.x86 on each batch (M <= 4, B stored [batch, N, K]),
 # the batches' tasks side by side in one parallel loop. batch_matmul.x86 packed each batch's
 # B and took register tiles of M x 1 for N = 1: 16 dot products of 4096 (batch_matmul
-# 16x1x1x4096 NT) ran 0.09x numpy (``bench.shapes``).
+# 16x1x1x4096 NT) ran 0.10x numpy (``bench.shapes``, 2-core Zen 5).
 BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
     name="batch_matmul_gemv.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
@@ -1234,7 +1234,7 @@ BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
 # transposed product C^T = B A^T is dense_gemv.x86's (``swapped``: B's N rows are its few
 # rows, A its weight, streamed once), its outputs written to C transposed in the same task.
 # dense_pack.x86 took register tiles of M x N columns (a value head, nn.Linear(1024, 1), at
-# 8192 tokens: dense 8192x1x1024 ran 0.72x numpy, ``bench.shapes``).
+# 8192 tokens: dense 8192x1x1024 ran 0.68x numpy, ``bench.shapes``, 2-core Zen 5).
 def _gemv_t_compute(wl, cfg):
     """[A, B, C] with C[m, n] = C^T[n, m] (``TRANSPOSE_BLOCK``): dense_gemv.x86's compute of
     the transposed product, whose placeholder "A" is ``wl``'s B and "B" its A."""
@@ -1427,8 +1427,8 @@ DENSE_GEMV_NN_X86 = ScheduleTemplate(
 
 # batch_matmul_gemv_nn.x86: dense_gemv_nn.x86 on each batch (M <= 8, B stored [batch, K, N]:
 # attention's probabilities times V at decoding), the batches' tasks side by side.
-# batch_matmul.x86 packed each batch's B: 32x1x128x4096 (32 heads over 4096 tokens) ran 0.59x
-# numpy (``bench.shapes``).
+# batch_matmul.x86 packed each batch's B: 32x1x128x4096 (32 heads over 4096 tokens) ran 0.69x
+# numpy (``bench.shapes``, 2-core Zen 5).
 BATCH_MATMUL_GEMV_NN_X86 = ScheduleTemplate(
     name="batch_matmul_gemv_nn.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
