@@ -389,3 +389,30 @@ def test_batched_gemv_nn_numerics(shape):
     picks = task.space.random_valid(np.random.default_rng(16), 3)
     for c in [cfg] + [task.config(i) for i in picks]:
         _check(task, c, rng)
+
+
+@pytest.mark.parametrize("op,shape,layout,template", [
+    ("dense", (2, 1024, 1024), "NT", "dense_gemv.x86"),
+    ("batch_matmul", (4, 2, 128, 256), "NT", "batch_matmul_gemv.x86"),
+    ("dense", (1, 768, 256), "NN", "dense_gemv_nn.x86"),
+    ("batch_matmul", (4, 1, 128, 256), "NN", "batch_matmul_gemv_nn.x86")], ids=str)
+def test_gemv_schedules_take_the_plain_int64_matmul(op, shape, layout, template):
+    """The gemv templates' schedules on the plain matmul of int64 sizes (MetaSchedule's design
+    space, a Relax model's legalized matmul: ``metaschedule.plain_module``) build and give
+    numpy's answer, the batched ones' batch axis beside their tasks."""
+    import tvm
+    from tvm import s_tir
+
+    from tvm_ext.metaschedule import plain_module
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, CPU, template=template)
+    sch = s_tir.Schedule(plain_module(wl))
+    task.template.schedule(sch, task.fallback_config(), wl, task.facts)
+    func = tvm.compile(sch.mod, target=CPU)["main"]
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal(wl.a_shape).astype("float32")
+    b = rng.standard_normal(wl.b_shape).astype("float32")
+    out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
+    func(tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
+    bt = np.swapaxes(b, -1, -2) if wl.transpose_b else b
+    np.testing.assert_allclose(out.numpy(), a @ bt, rtol=1e-4, atol=1e-3)

@@ -1135,6 +1135,7 @@ def _gemv_schedule(sch, cfg, wl, facts, transposed: bool = False):
     """The matmul block C[(b,) m, n] = sum_k A[(b,) m, k] * W[(b,) n, k] (``matmul_compute``);
     a batch_matmul's tasks are its batches' tasks side by side. ``transposed``: its outputs
     are written to C^T (``dense_gemv_t.x86``): the pass over K's rest takes them n, then m."""
+    from tvm import tirx  # noqa: PLC0415
     _, xi = cfg["tile_x"].size
     _, ku, kv = cfg["tile_k"].size
     rows = cfg.value("rows", 1)
@@ -1154,8 +1155,8 @@ def _gemv_schedule(sch, cfg, wl, facts, transposed: bool = False):
     # The lanes' partial sums laid out [(b,) m, n, kv]: each output's kv sums one contiguous
     # vector (as rfactor leaves them, [kv, m, n], a vector of them is strided, and LLVM kept 16
     # such accumulators in memory, gathered and scattered at every step).
-    sch.transform_layout(rf, ("write", 0), (lambda k, b, m, n: (b, m, n, k)) if lead
-                         else (lambda k, m, n: (m, n, k)))
+    sch.transform_layout(rf, ("write", 0), tirx.IndexMap.from_func(
+        lambda *x: [*x[1:], x[0]], ndim=len(lead) + 3, index_dtype="int32"))
     sch.set_scope(rf, 0, "local")  # the kv partial sums of its outputs, in registers
     sch.unroll(koi)
     vectorize_lanes(sch, kin, facts["vector_lanes"])
