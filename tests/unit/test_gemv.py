@@ -416,3 +416,24 @@ def test_gemv_schedules_take_the_plain_int64_matmul(op, shape, layout, template)
     func(tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
     bt = np.swapaxes(b, -1, -2) if wl.transpose_b else b
     np.testing.assert_allclose(out.numpy(), a @ bt, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("op,shape,layout,template", [
+    ("dense", (1, 97, 89), "TN", "dense_gemv_nn.x86"),
+    ("dense", (1, 61, 300), "TT", "dense_gemv.x86"),
+    ("batch_matmul", (3, 1, 37, 61), "TN", "batch_matmul_gemv_nn.x86"),
+    ("batch_matmul", (3, 1, 17, 29), "TT", "batch_matmul_gemv.x86")], ids=str)
+def test_one_row_of_a_stored_transposed_is_a_gemv(op, shape, layout, template):
+    """One row of A stored [K, 1] (numpy's column vector: x.T @ W) is K contiguous floats, as
+    an untransposed row: the gemv templates are the default, give numpy's answer (fallback and
+    random configs); two rows stored so are the packed kernel's."""
+    wl = Workload.create(op, shape, layout=layout)
+    task = Task(wl, CPU)
+    assert task.name == template
+    rng = np.random.default_rng(19)
+    picks = task.space.random_valid(np.random.default_rng(20), 2)
+    for c in [task.fallback_config()] + [task.config(i) for i in picks]:
+        _check(task, c, rng)
+    two = Workload.create(op, shape[:-3] + (2,) + shape[-2:], layout=layout)
+    assert [t.name for t in templates_for(two, CPU)] == [
+        "dense_pack.x86" if op == "dense" else "batch_matmul.x86"]

@@ -4,9 +4,9 @@ The CPU suite's rows are tuned; a user's shapes mostly are not. This bench build
 of each shape below (no log: the kernel a user gets before tuning) and times it against numpy
 as the CPU suite does (``bench.cpu.run_cpu``: in turn, each sample after idle time). The shapes:
 one to four rows of A against large weights stored either way (decoding: ``dense_gemv.x86``,
-``dense_gemv_nn.x86``), one to four columns (``dense_gemv_t.x86``), primes in every position,
-skinny, square, flat and deep products, small batches of small matrices and batches of few
-rows (``batch_matmul_gemv.x86``).
+``dense_gemv_nn.x86``; a row stored as a column, x.T @ W), one to four columns
+(``dense_gemv_t.x86``), primes in every position, skinny, square, flat and deep products,
+small batches of small matrices and batches of few rows (``batch_matmul_gemv.x86``).
 
 ``--versus T1 T2 ...``: those templates' fallbacks too, on each row they apply to but do not
 serve by default, sampled in turn with it (which template a shape should default to).
@@ -29,7 +29,8 @@ DENSE = [(1, 1000, 1000, "NT"), (1, 768, 3072, "NN"), (2, 4096, 4096, "NT"),
          (128, 128, 8192, "NN"), (2048, 2048, 16, "NN"), (33, 65, 129, "NT"),
          (1, 4096, 4093, "NT"), (1, 4093, 4096, "NT"), (1, 4096, 4096, "NN"),
          (1, 1000, 1000, "NN"), (8192, 1, 1024, "NT"), (1000, 3, 777, "NT"),
-         (4, 4096, 64, "NT"), (4, 4096, 256, "NT"), (3, 333, 77, "NT"), (64, 64, 65536, "NN")]
+         (4, 4096, 64, "NT"), (4, 4096, 256, "NT"), (3, 333, 77, "NT"), (64, 64, 65536, "NN"),
+         (1, 4096, 4096, "TN")]
 #: (B, M, N, K, layout) of the batch_matmul rows.
 BATCHED = [(12, 128, 128, 64, "NT"), (12, 128, 64, 128, "NN"), (8, 1, 1024, 64, "NT"),
            (32, 7, 7, 7, "NN"), (3, 333, 222, 111, "NT"), (96, 197, 197, 64, "NT"),

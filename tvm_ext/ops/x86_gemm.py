@@ -1121,7 +1121,11 @@ def _gemv_priority(wl, facts):
 
 
 def _gemv_check(wl, facts):
-    if wl.layout == "NN" and wl.N > 1:  # one column of a [K, N] weight is K contiguous floats
+    # Each row of A and of the weight is read as K contiguous floats: a transposed operand is
+    # so only where it is one row (numpy's column vectors: x.T @ W, W @ x).
+    if wl.transpose_a and wl.M > 1:
+        return f"A stored [K, M] with M={wl.M} > 1 (use {_packed(wl)})"
+    if not wl.transpose_b and wl.N > 1:
         return f"a weight stored [K, N] with N={wl.N} > 1 (use " + \
             ("dense" if wl.op == "dense" else "batch_matmul") + "_gemv_nn.x86)"
     if wl.M > GEMV_MAX_M:
@@ -1216,7 +1220,7 @@ def _gemv_fallback(space, wl, facts):
 DENSE_GEMV_X86 = ScheduleTemplate(
     name="dense_gemv.x86", op="dense", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
-    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT", "NN"),
+    check=_gemv_check, dtypes=("float32", "float64"),
     priority=_gemv_priority)
 
 
@@ -1227,7 +1231,7 @@ DENSE_GEMV_X86 = ScheduleTemplate(
 BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
     name="batch_matmul_gemv.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
-    check=_gemv_check, dtypes=("float32", "float64"), layouts=("NT", "NN"),
+    check=_gemv_check, dtypes=("float32", "float64"),
     priority=_gemv_priority)
 
 
@@ -1262,8 +1266,8 @@ def _gemv_t_schedule(sch, cfg, wl, facts):
 
 
 def _gemv_t_check(wl, facts):
-    if wl.layout == "NN" and wl.N > 1:  # B's one column, K contiguous floats, as a row
-        return f"a weight stored [K, N] with N={wl.N} > 1 (use dense_pack.x86)"
+    if wl.transpose_a or not wl.transpose_b and wl.N > 1:  # (rows read as K contiguous floats)
+        return f"A stored [K, M] or B stored [K, N] with N={wl.N} > 1 (use dense_pack.x86)"
     if wl.M <= GEMV_MAX_M:
         return f"M={wl.M} <= {GEMV_MAX_M} (dense_gemv.x86 takes few rows of A)"
     if wl.N > GEMV_MAX_M:
@@ -1275,7 +1279,7 @@ DENSE_GEMV_T_X86 = ScheduleTemplate(
     name="dense_gemv_t.x86", op="dense", target_kind="llvm", compute=_gemv_t_compute,
     schedule=_gemv_t_schedule, fallback=lambda space, wl, facts: _gemv_fallback(
         space, swapped(wl), facts),
-    check=_gemv_t_check, dtypes=("float32", "float64"), layouts=("NT", "NN"),
+    check=_gemv_t_check, dtypes=("float32", "float64"),
     priority=lambda wl, facts: _gemv_priority(swapped(wl), facts), view=swapped,
     schedulable=False)
 
@@ -1314,6 +1318,8 @@ GEMV_NN_MAX_M = 8
 
 
 def _gemv_nn_check(wl, facts):
+    if wl.transpose_a and wl.M > 1:  # (one row of A: K contiguous floats, x.T @ W)
+        return f"A stored [K, M] with M={wl.M} > 1 (use {_packed(wl)})"
     if wl.M > GEMV_NN_MAX_M:
         return f"M={wl.M} > {GEMV_NN_MAX_M} (use {_packed(wl)})"
     if 2 * wl.M + 1 > facts["vector_registers"]:
@@ -1424,7 +1430,7 @@ def _gemv_nn_fallback(space, wl, facts):
 DENSE_GEMV_NN_X86 = ScheduleTemplate(
     name="dense_gemv_nn.x86", op="dense", target_kind="llvm",
     compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
-    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN",), priority=1)
+    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1)
 
 # batch_matmul_gemv_nn.x86: dense_gemv_nn.x86 on each batch (M <= 8, B stored [batch, K, N]:
 # attention's probabilities times V at decoding), the batches' tasks side by side.
@@ -1433,4 +1439,4 @@ DENSE_GEMV_NN_X86 = ScheduleTemplate(
 BATCH_MATMUL_GEMV_NN_X86 = ScheduleTemplate(
     name="batch_matmul_gemv_nn.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
-    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN",), priority=1)
+    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1)
