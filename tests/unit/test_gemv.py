@@ -317,12 +317,13 @@ def test_batched_gemv_numerics(shape, layout):
 
 @pytest.mark.parametrize("shape,layout", [
     ((8192, 1, 1024), "NT"), ((1000, 3, 777), "NT"), ((77, 1, 333), "NT"), ((37, 4, 61), "NT"),
-    ((5, 2, 1), "NT"), ((8192, 1, 1024), "NN"), ((77, 1, 333), "NN")], ids=str)
+    ((5, 2, 1), "NT"), ((8192, 1, 1024), "NN"), ((77, 1, 333), "NN"), ((1000, 3, 777), "NN"),
+    ((37, 4, 61), "NN")], ids=str)
 def test_gemv_t_numerics(shape, layout):
     """dense_gemv_t.x86 (few columns: C^T = B A^T by dense_gemv.x86's kernel, written back
-    transposed): the fallback and random configs, prime M and K, K = 1, a B stored [K, 1].
-    Its kernel reads A in place: no block packs it, and its FMAs are vector ones, nothing
-    gathered."""
+    transposed): the fallback and random configs, prime M and K, K = 1, a B stored [K, N]
+    (one column read in place, 2-4 copied out as rows first). Its kernel reads A in place: no
+    block packs it, and its FMAs are vector ones, nothing gathered."""
     import re
     wl = Workload.create("dense", shape, layout=layout)
     task = Task(wl, CPU, template="dense_gemv_t.x86")
@@ -369,10 +370,14 @@ def test_gemv_is_the_default_where_it_wins():
     wl = Workload.create("batch_matmul", (32, 1, 128, 4096), layout="NN")
     assert [t.name for t in templates_for(wl, CPU)] == ["batch_matmul_gemv_nn.x86",
                                                         "batch_matmul.x86"]
-    from tvm_ext.strategy import get_template
-    few = Workload.create("dense", (64, 3, 64), layout="NN")
-    assert "N=3 > 1 (use dense_pack.x86)" in get_template("dense_gemv_t.x86").why_not(
-        few, hardware_facts(CPU))
+    # a few columns of a B stored [K, N]: copied out as rows, the gemv on C^T (over a short K
+    # below the packed kernel, as for rows); a transposed A of many rows is the packed kernel's
+    for n, k, want in ((3, long_, ["dense_gemv_t.x86", "dense_pack.x86"]),
+                       (3, short, ["dense_pack.x86", "dense_gemv_t.x86"])):
+        wl = Workload.create("dense", (1000, n, k), layout="NN")
+        assert [t.name for t in templates_for(wl, CPU)] == want, (n, k)
+    wl = Workload.create("dense", (1000, 1, 1024), layout="TT")
+    assert [t.name for t in templates_for(wl, CPU)] == ["dense_pack.x86"]
 
 
 @pytest.mark.parametrize("shape", [(32, 1, 128, 1024), (3, 5, 100, 77), (2, 8, 16, 1),

@@ -1071,19 +1071,20 @@ GEMV_MAX_M = 4
 GEMV_TAIL_BLOCK, GEMV_SUM_BLOCK = MATMUL_BLOCK + "_tail", MATMUL_BLOCK + "_sum"
 
 
-def _gemv_compute(wl, cfg):
+def _gemv_compute(wl, cfg, A=None, B=None):
     """[A, B, C]: the plain matmul where the config's tiles divide K and N; else, over N
     padded to whole tasks (rows past N read the weight's last row) and cropped
     (``CROP_BLOCK``), the sums over K's whole kv-vectors (block "C"), those over the rest of K
     (``GEMV_TAIL_BLOCK``) and their sum (``GEMV_SUM_BLOCK``). A batch_matmul's blocks have its
-    batch axis first (``batch_matmul_gemv.x86``)."""
+    batch axis first (``batch_matmul_gemv.x86``). A and B: given tensors, or placeholders."""
     from tvm import te  # noqa: PLC0415
+    from .common import matmul_compute  # noqa: PLC0415
     _, xi = cfg["tile_x"].size
     kv = cfg["tile_k"].size[-1]
     if wl.K % kv == 0 and wl.N % xi == 0:
-        return _plain(wl)
-    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
-    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+        return matmul_compute(wl, A, B)
+    A = A if A is not None else te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = B if B is not None else te.placeholder(wl.b_shape, wl.dtype, name="B")
     a_el, b_el = element_at(wl, A, B)
     cols, whole, out = -(-wl.N // xi) * xi, wl.K // kv * kv, wl.out_dtype
     shape = (*wl.out_shape[:-1], cols)  # (B,) M, N padded
@@ -1240,11 +1241,23 @@ BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
 # rows, A its weight, streamed once), its outputs written to C transposed in the same task.
 # dense_pack.x86 took register tiles of M x N columns (a value head, nn.Linear(1024, 1), at
 # 8192 tokens: dense 8192x1x1024 ran 0.68x numpy, ``bench.shapes``, 2-core Zen 5).
+#: The block that copies a B stored [K, N] (N of 2-4) out as N rows of K, ahead of the gemv.
+GEMV_T_ROWS_BLOCK = "B_rows"
+
+
 def _gemv_t_compute(wl, cfg):
     """[A, B, C] with C[m, n] = C^T[n, m] (``TRANSPOSE_BLOCK``): dense_gemv.x86's compute of
-    the transposed product, whose placeholder "A" is ``wl``'s B and "B" its A."""
+    the transposed product, whose placeholder "A" is ``wl``'s B and "B" its A; a B stored
+    [K, N] with N > 1 first copied out as N rows of K (``GEMV_T_ROWS_BLOCK``: N x K floats,
+    a small copy) that the gemv reads as its rows."""
     from tvm import te  # noqa: PLC0415
-    b, a, ct = _gemv_compute(swapped(wl), cfg)
+    if wl.transpose_b or wl.N == 1:
+        b, a, ct = _gemv_compute(swapped(wl), cfg)
+    else:
+        a = te.placeholder(wl.a_shape, wl.dtype, name="A")
+        b = te.placeholder(wl.b_shape, wl.dtype, name="B")
+        rows = te.compute((wl.N, wl.K), lambda n, k: b[k, n], name=GEMV_T_ROWS_BLOCK)
+        _, _, ct = _gemv_compute(swapped(wl).with_(layout="NT"), cfg, rows, a)
     return [a, b, te.compute(wl.out_shape, lambda i, j: ct[j, i], name=TRANSPOSE_BLOCK)]
 
 
@@ -1266,13 +1279,13 @@ def _gemv_t_schedule(sch, cfg, wl, facts):
 
 
 def _gemv_t_check(wl, facts):
-    if wl.transpose_a or not wl.transpose_b and wl.N > 1:  # (rows read as K contiguous floats)
-        return f"A stored [K, M] or B stored [K, N] with N={wl.N} > 1 (use dense_pack.x86)"
+    if wl.transpose_a:  # A's rows are read as K contiguous floats
+        return f"A stored [K, M] with M={wl.M} > 1 (use dense_pack.x86)"
     if wl.M <= GEMV_MAX_M:
         return f"M={wl.M} <= {GEMV_MAX_M} (dense_gemv.x86 takes few rows of A)"
     if wl.N > GEMV_MAX_M:
         return f"N={wl.N} > {GEMV_MAX_M} (use dense_pack.x86)"
-    return _gemv_check(swapped(wl), facts)
+    return _gemv_check(swapped(wl).with_(layout="NT"), facts)  # (B's rows copied out)
 
 
 DENSE_GEMV_T_X86 = ScheduleTemplate(
