@@ -25,6 +25,18 @@ def _check(task, cfg, rng):
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * max(1, wl.K) ** 0.5)
 
 
+def _check_space(task, seed: int, picks: int = 3):
+    """``task``'s fallback (in its space, breaking none of its rules) and ``picks`` random valid
+    configs give numpy's answer; returns the fallback."""
+    cfg = task.fallback_config()
+    assert cfg.index is not None and not task.space.violations(cfg), cfg
+    rng = np.random.default_rng(seed)
+    for c in [cfg] + [task.config(i) for i in task.space.random_valid(
+            np.random.default_rng(seed + 1), picks)]:
+        _check(task, c, rng)
+    return cfg
+
+
 @pytest.mark.parametrize("shape", [(1, 4096, 1024), (1, 257, 97), (3, 131, 61), (4, 64, 1),
                                    (1, 1, 1), (2, 1000, 1000)], ids=str)
 def test_gemv_numerics(shape):
@@ -261,12 +273,7 @@ def test_gemv_nn_numerics(shape):
     wl = Workload.create("dense", shape, layout="NN")
     task = Task(wl, CPU)
     assert task.name == "dense_gemv_nn.x86"
-    cfg = task.fallback_config()
-    assert cfg.index is not None and not task.space.violations(cfg), cfg
-    rng = np.random.default_rng(7)
-    picks = task.space.random_valid(np.random.default_rng(8), 4)
-    for c in [cfg] + [task.config(i) for i in picks]:
-        _check(task, c, rng)
+    _check_space(task, 7, 4)
 
 
 def test_gemv_nn_reads_rows_of_the_weight_across_the_tasks_tiles():
@@ -306,13 +313,7 @@ def test_batched_gemv_numerics(shape, layout):
     floats); the space counts every batch's tasks (16 dot products: one task each, the
     fallback in the space)."""
     wl = Workload.create("batch_matmul", shape, layout=layout)
-    task = Task(wl, CPU, template="batch_matmul_gemv.x86")
-    cfg = task.fallback_config()
-    assert cfg.index is not None and not task.space.violations(cfg), cfg
-    rng = np.random.default_rng(11)
-    picks = task.space.random_valid(np.random.default_rng(12), 3)
-    for c in [cfg] + [task.config(i) for i in picks]:
-        _check(task, c, rng)
+    _check_space(Task(wl, CPU, template="batch_matmul_gemv.x86"), 11)
 
 
 @pytest.mark.parametrize("shape,layout", [
@@ -327,13 +328,8 @@ def test_gemv_t_numerics(shape, layout):
     import re
     wl = Workload.create("dense", shape, layout=layout)
     task = Task(wl, CPU, template="dense_gemv_t.x86")
-    cfg = task.fallback_config()
-    assert cfg.index is not None and not task.space.violations(cfg), cfg
+    cfg = _check_space(task, 13)
     assert "pack" not in task.instantiate(cfg).script()
-    rng = np.random.default_rng(13)
-    picks = task.space.random_valid(np.random.default_rng(14), 3)
-    for c in [cfg] + [task.config(i) for i in picks]:
-        _check(task, c, rng)
     if wl.K % task.facts["vector_lanes"] == 0:  # vector FMAs, nothing gathered (the pass
         # over K's rest, where there is one, loads a float of each row a step: gathers)
         asm = task.build(cfg).mod.inspect_source("asm")
@@ -387,13 +383,7 @@ def test_batched_gemv_nn_numerics(shape):
     the fallback and random configs, N's last columns in the narrow pass, prime sizes, K = 1;
     the fallback in the space, whose tasks count every batch's."""
     wl = Workload.create("batch_matmul", shape, layout="NN")
-    task = Task(wl, CPU, template="batch_matmul_gemv_nn.x86")
-    cfg = task.fallback_config()
-    assert cfg.index is not None and not task.space.violations(cfg), cfg
-    rng = np.random.default_rng(15)
-    picks = task.space.random_valid(np.random.default_rng(16), 3)
-    for c in [cfg] + [task.config(i) for i in picks]:
-        _check(task, c, rng)
+    _check_space(Task(wl, CPU, template="batch_matmul_gemv_nn.x86"), 15)
 
 
 @pytest.mark.parametrize("op,shape,layout,template", [
