@@ -432,3 +432,41 @@ def test_one_row_of_a_stored_transposed_is_a_gemv(op, shape, layout, template):
     two = Workload.create(op, shape[:-3] + (2,) + shape[-2:], layout=layout)
     assert [t.name for t in templates_for(two, CPU)] == [
         "dense_pack.x86" if op == "dense" else "batch_matmul.x86"]
+
+
+def test_a_relax_model_takes_the_gemv_templates():
+    """A value head (``nn.Linear(256, 1)``: a dense NT of one column), x @ W of 3 columns (NN,
+    copied out as rows) and a batch of one-row products against [K, N] (attention's P . V
+    at decoding) in one Relax function: each gets its gemv template, with and without the
+    strategy form, and the model gives numpy's answer."""
+    from tvm import relax
+    from tvm.script import relax as R
+
+    import tvm
+    from tvm_ext.dispatch import apply_history_best
+    from tvm_ext.relax import build
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((64, 256), "float32"))
+    head = relax.Var("head", R.Tensor((1, 256), "float32"))
+    w3 = relax.Var("w3", R.Tensor((256, 3), "float32"))
+    p = relax.Var("p", R.Tensor((8, 1, 256), "float32"))
+    v = relax.Var("v", R.Tensor((8, 256, 64), "float32"))
+    with bb.function("main", [x, head, w3, p, v]):
+        with bb.dataflow():
+            h = bb.emit(R.matmul(x, R.permute_dims(head)))
+            c = bb.emit(R.matmul(x, w3))
+            o = bb.emit(R.matmul(p, v))
+            out = bb.emit_output(relax.Tuple([h, c, o]))
+        bb.emit_func_output(out)
+    rng = np.random.default_rng(21)
+    args = [rng.uniform(-1, 1, s).astype("float32") for s in
+            ((64, 256), (1, 256), (256, 3), (8, 1, 256), (8, 256, 64))]
+    want = [args[0] @ args[1].T, args[0] @ args[2], args[3] @ args[4]]
+    for strategy in (False, True):
+        with apply_history_best([]) as ctx:
+            ex = build(bb.get(), CPU, strategy=strategy)
+        assert sorted(c.template for c in ctx.report.choices) == [
+            "batch_matmul_gemv_nn.x86", "dense_gemv_t.x86", "dense_gemv_t.x86"], strategy
+        got = relax.VirtualMachine(ex, tvm.cpu())["main"](*map(tvm.runtime.tensor, args))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-4)
