@@ -308,10 +308,8 @@ def test_gemv_nn_reads_rows_of_the_weight_across_the_tasks_tiles():
     ((16, 1, 1, 4096), "NT"), ((3, 4, 131, 61), "NT"), ((5, 2, 37, 300), "NT"),
     ((2, 3, 17, 1), "NT"), ((16, 1, 1, 4096), "NN"), ((3, 2, 1, 61), "NN")], ids=str)
 def test_batched_gemv_numerics(shape, layout):
-    """batch_matmul_gemv.x86 (dense_gemv.x86 on each batch): the fallback and random configs,
-    prime N and K (N padded, K's rest), K = 1, a B stored [K, 1] (its column K contiguous
-    floats); the space counts every batch's tasks (16 dot products: one task each, the
-    fallback in the space)."""
+    """batch_matmul_gemv.x86 (dense_gemv.x86 on each batch): the fallback (in the space, whose
+    tasks count every batch's) and random configs, prime N and K, K = 1, a B stored [K, 1]."""
     wl = Workload.create("batch_matmul", shape, layout=layout)
     _check_space(Task(wl, CPU, template="batch_matmul_gemv.x86"), 11)
 
@@ -379,9 +377,8 @@ def test_gemv_is_the_default_where_it_wins():
 @pytest.mark.parametrize("shape", [(32, 1, 128, 1024), (3, 5, 100, 77), (2, 8, 16, 1),
                                    (4, 3, 97, 61), (12, 1, 64, 197)], ids=str)
 def test_batched_gemv_nn_numerics(shape):
-    """batch_matmul_gemv_nn.x86 (dense_gemv_nn.x86 on each batch, B stored [batch, K, N]):
-    the fallback and random configs, N's last columns in the narrow pass, prime sizes, K = 1;
-    the fallback in the space, whose tasks count every batch's."""
+    """batch_matmul_gemv_nn.x86 (dense_gemv_nn.x86 on each batch): the fallback and random
+    configs, N's last columns in the narrow pass, prime sizes, K = 1."""
     wl = Workload.create("batch_matmul", shape, layout="NN")
     _check_space(Task(wl, CPU, template="batch_matmul_gemv_nn.x86"), 15)
 
@@ -435,10 +432,9 @@ def test_one_row_of_a_stored_transposed_is_a_gemv(op, shape, layout, template):
 
 
 def test_a_relax_model_takes_the_gemv_templates():
-    """A value head (``nn.Linear(256, 1)``: a dense NT of one column), x @ W of 3 columns (NN,
-    copied out as rows) and a batch of one-row products against [K, N] (attention's P . V
-    at decoding) in one Relax function: each gets its gemv template, with and without the
-    strategy form, and the model gives numpy's answer."""
+    """A value head (dense NT, one column), x @ W of 3 columns and a batch of one-row products
+    (P . V at decoding) in a Relax function: gemv templates, with and without the strategy form;
+    numpy's answer."""
     from tvm import relax
     from tvm.script import relax as R
 
