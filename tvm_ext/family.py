@@ -27,6 +27,9 @@ How it works:
   family's expected time the most, among the candidates that make some bucket at least 5%
   faster (``pick_kernels``); every bucket is routed to its fastest picked kernel. The report
   lists the expected time after each pick: what each extra kernel buys.
+- **Few rows.** On the CPU, a family whose only varying axis is M serves M = 1 to 4 (a
+  weight stored [K, N]: 8) with the gemv templates, a kernel of each exact shape (its
+  fallback), branches of the library ahead of the buckets (``exact_templates``).
 - **One library.** The picked kernels and the generic kernel (the template's fallback for the
   family's median shape, used outside every bucket and when nothing was tuned) are the
   branches of ONE PrimFunc ``main`` that dispatches on the shape: each branch binds its
@@ -362,21 +365,56 @@ def config_of(task: Task, kernel: LibKernel) -> ConfigEntity:
     return fit.config
 
 
+#: A CPU family whose only varying axis is M serves each M up to this with a kernel of its
+#: own shape where the default template at that shape takes no symbolic extents (the gemv
+#: templates; the family's packed kernel pads M to its register tile and packs the whole
+#: weight at every call).
+EXACT_M = 8
+
+
+def exact_templates(family: Family, target) -> List[Tuple[int, str]]:
+    """(M, template) of the sizes of M that ``family``'s library serves with a kernel of that
+    exact shape, the default template's fallback (``EXACT_M``); none where other axes vary or
+    off the CPU."""
+    if parse_target(target).kind.name != "llvm" or family.varying != ("M",):
+        return []
+    out = []
+    for m in range(1, EXACT_M + 1):
+        shape = (family.fixed("B"), m, family.fixed("N"), family.fixed("K"))
+        if family.contains(shape):
+            t = templates_for(family.workload(shape), parse_target(target))[0]
+            if not t.symbolic:
+                out.append((m, t.name))
+    return out
+
+
+def _exact_funcs(family: Family, target) -> List[Tuple[int, Any]]:
+    """(M, its kernel's scheduled PrimFunc) of ``exact_templates``."""
+    out = []
+    for m, name in exact_templates(family, target):
+        task = Task(family.workload((family.fixed("B"), m, family.fixed("N"),
+                                     family.fixed("K"))), target, template=name)
+        out.append((m, task.instantiate(task.fallback_config())["main"]))
+    return out
+
+
 def _library_func(kernels, routes, family: Family, entry: str,
-                  granules: List[Dict[str, int]]):
+                  granules: List[Dict[str, int]], exact=()):
     """One PrimFunc ``entry`` (A, B, C) whose body runs the kernel of the shape's bucket:
     each kernel for its buckets, the generic one for any other shape. ``kernels`` are the
     scheduled kernels ((func, size vars), the generic one last), ``granules[i]`` the sizes
     bucket kernel i takes a multiple of (its template's, as ``kernel_for`` sees them); each
     branch binds its kernel's size vars to the entry's and declares its buffers on the
     entry's data, so one function holds every kernel (a GPU kernel's launches are split off
-    by the usual passes)."""
+    by the usual passes). ``exact``: (M, kernel) of sizes of M served by a kernel of that
+    shape (``exact_templates``), ahead of the buckets."""
     import tvm  # noqa: PLC0415
     from tvm import tirx  # noqa: PLC0415
     from tvm.tirx.buffer import buffer_data  # noqa: PLC0415
 
     main, main_sizes = kernels[-1]
     by_axis = {a: v for a, (v, _) in zip(family.varying, main_sizes)}
+    exact_conds = [by_axis["M"] == m for m, _ in exact]
 
     def branch(i):
         func, sizes = kernels[i]
@@ -390,9 +428,10 @@ def _library_func(kernels, routes, family: Family, entry: str,
 
     def box(bounds, idx):
         # Inside the bucket, and a multiple of each granule of its kernel (a size between
-        # two of a stepped range goes to the generic kernel).
+        # two of a stepped range goes to the generic kernel); not a size of its own kernel.
         terms = [tvm.tirx.all(by_axis[a] >= lo, by_axis[a] <= hi)
                  for a, (lo, hi) in bounds.items()]
+        terms += [tvm.tirx.Not(c) for c in exact_conds]
         terms += [tirx.floormod(by_axis[a], g) == 0 for a, g in granules[idx].items() if g > 1]
         return tvm.tirx.all(*terms) if terms else tvm.tirx.const(True, "bool")
 
@@ -409,7 +448,11 @@ def _library_func(kernels, routes, family: Family, entry: str,
         return tirx.For(tirx.Var(f"take_{i}", "int32"), zero, tirx.Select(cond, one, zero),
                         tirx.ForKind.SERIAL, stmt)
 
-    stmts, held = [], []
+    stmts, held = [], list(exact_conds)
+    for (m, func), cond in zip(exact, exact_conds):
+        decls = [tirx.DeclBuffer(buf, data=buffer_data(outer))
+                 for buf, outer in zip(func.params, main.params)]
+        stmts.append(taken(cond, tirx.SeqStmt(decls + [func.body]), f"m{m}"))
     for idx, conds in boxes.items():
         cond = tvm.tirx.any(*conds) if len(conds) > 1 else conds[0]
         held.append(cond)
@@ -449,8 +492,11 @@ class FamilyModule:
         self.module[self.entry](*tensors)
 
     def kernel_for(self, shape: Sequence[int]) -> int:
-        """Index of the kernel the dispatcher runs for a shape (len(kernels): generic)."""
+        """Index of the kernel the dispatcher runs for a shape (len(kernels): generic; -1: a
+        kernel of the shape's own, ``exact_templates``)."""
         shape = tuple(shape) if len(shape) == 4 else (1, *shape)
+        if shape[1] in dict(exact_templates(self.library.family, self.target)):
+            return -1
         for bounds, idx in self.library.routes:
             granules = family_granules(self.library.family, self.library.kernels[idx].template)
             on_grid = all(shape[AXES.index(a)] % g == 0 for a, g in granules.items())
@@ -519,7 +565,8 @@ def library_func(library: Library, target, entry: str = "main"):
     pass_config.update(task.template.pass_config)
     # A bucket whose kernel was set aside goes to the generic kernel (no route).
     routes = [(bounds, index[i]) for bounds, i in library.routes if i in index]
-    return _library_func(funcs, routes, library.family, entry, granules), pass_config
+    exact = _exact_funcs(library.family, target)
+    return _library_func(funcs, routes, library.family, entry, granules, exact), pass_config
 
 
 def compile_library(library: Library, target=None, *, entry: str = "main") -> FamilyModule:
@@ -574,6 +621,8 @@ def describe_library(lib: Library) -> List[str]:
     lines.append(f"  {'any other shape':<34} -> generic ({g.template}, "
                  f"{'tuned' if g.tuned else 'fallback'} config for "
                  f"{'x'.join(map(str, g.rep))}, symbolic in {', '.join(lib.family.varying)})")
+    lines += [f"  M = {m:<30} -> {name} (its fallback, a kernel of that shape)"
+              for m, name in exact_templates(lib.family, lib.target)]
     lines += [f"  set aside: {why}" for why in lib.set_aside.values()]
     return lines
 

@@ -148,6 +148,23 @@ def _check_all(lib, fam, shapes):
         assert np.allclose(got, want, rtol=1e-4, atol=1e-3), shape
 
 
+@pytest.mark.parametrize("layout", ["NT", "NN"])
+def test_a_family_over_m_serves_few_rows_with_a_kernel_of_their_own_shape(layout):
+    """A CPU family whose only varying axis is M (decoding's sequence of tokens against one
+    weight) runs M = 1 to 4 (NN: to 8) on the gemv templates, each a kernel of that exact
+    shape in the library, before its buckets; the other sizes as before; numpy's answer for
+    each (``EXACT_M``)."""
+    fam = Family.parse("1..40x96x128", "dense", layout=layout)
+    most = 4 if layout == "NT" else 8
+    assert [m for m, _ in F.exact_templates(fam, CPU)] == list(range(1, most + 1))
+    lib = F.compile_library(fallback_library(fam, CPU, 2, "llvm"), CPU)
+    assert [lib.kernel_for((1, m, 96, 128)) for m in (1, most)] == [-1, -1]
+    assert lib.kernel_for((1, most + 1, 96, 128)) >= 0
+    assert any("M = 1 " in line and "_gemv" in line for line in lib.describe())
+    _check_all(lib, fam, [(1, m, 96, 128) for m in (1, 2, 3, most, most + 1, 17, 40)])
+    assert F.exact_templates(Family.parse("1..4x1..8x96x128", "batch_matmul"), CPU) == []
+
+
 def test_library_of_bucket_kernels_is_right_for_every_shape(tmp_path):
     """The CPU family of the issue, 256 shapes, through one exported and re-loaded .so whose
     buckets are routed to four kernels (the template's fallbacks at four representatives:
