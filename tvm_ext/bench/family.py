@@ -332,6 +332,7 @@ def main(argv=None) -> int:
           f"{'ratio':>6}")
     for b in buckets:
         k = lib.kernel_for(b.rep)
+        k = "own" if k == -1 else k  # a kernel of the shape's own (family.exact_templates)
         print(f"  {b.describe():<24} {len(b.shapes):>6} {k:>6} "
               f"{mean('lib', b.shapes) * 1e3:>9.3f} {mean('ref', b.shapes) * 1e3:>9.3f} "
               f"{mean('ref', b.shapes) / mean('lib', b.shapes):>6.2f}")
