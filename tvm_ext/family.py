@@ -621,7 +621,7 @@ def describe_library(lib: Library) -> List[str]:
     lines.append(f"  {'any other shape':<34} -> generic ({g.template}, "
                  f"{'tuned' if g.tuned else 'fallback'} config for "
                  f"{'x'.join(map(str, g.rep))}, symbolic in {', '.join(lib.family.varying)})")
-    lines += [f"  M = {m:<30} -> {name} (its fallback, a kernel of that shape)"
+    lines += [f"  M = {m:<30} -> {name} (its fallback, that shape's own, ahead of the buckets)"
               for m, name in exact_templates(lib.family, lib.target)]
     lines += [f"  set aside: {why}" for why in lib.set_aside.values()]
     return lines
