@@ -478,6 +478,8 @@ class FamilyModule:
         self.library, self.executable, self.target, self.entry = library, executable, target, \
             entry
         self.threads = use_host_cores() if target.kind.name == "llvm" else None
+        # {M: template} of the sizes of M its own kernels serve (``exact_templates``)
+        self.exact = dict(exact_templates(library.family, target))
 
     @property
     def module(self):
@@ -495,7 +497,7 @@ class FamilyModule:
         """Index of the kernel the dispatcher runs for a shape (len(kernels): generic; -1: a
         kernel of the shape's own, ``exact_templates``)."""
         shape = tuple(shape) if len(shape) == 4 else (1, *shape)
-        if shape[1] in dict(exact_templates(self.library.family, self.target)):
+        if shape[1] in self.exact:
             return -1
         for bounds, idx in self.library.routes:
             granules = family_granules(self.library.family, self.library.kernels[idx].template)

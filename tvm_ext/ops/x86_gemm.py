@@ -1078,11 +1078,10 @@ def _gemv_compute(wl, cfg, A=None, B=None):
     (``GEMV_TAIL_BLOCK``) and their sum (``GEMV_SUM_BLOCK``). A batch_matmul's blocks have its
     batch axis first (``batch_matmul_gemv.x86``). A and B: given tensors, or placeholders."""
     from tvm import te  # noqa: PLC0415
-    from .common import matmul_compute  # noqa: PLC0415
     _, xi = cfg["tile_x"].size
     kv = cfg["tile_k"].size[-1]
     if wl.K % kv == 0 and wl.N % xi == 0:
-        return matmul_compute(wl, A, B)
+        return _plain(wl, A, B)
     A = A if A is not None else te.placeholder(wl.a_shape, wl.dtype, name="A")
     B = B if B is not None else te.placeholder(wl.b_shape, wl.dtype, name="B")
     a_el, b_el = element_at(wl, A, B)
@@ -1302,9 +1301,9 @@ def _packed(wl) -> str:
     return "dense_pack.x86" if wl.op == "dense" else "batch_matmul.x86"
 
 
-def _plain(wl):
+def _plain(wl, A=None, B=None):
     from .common import matmul_compute  # noqa: PLC0415
-    return matmul_compute(wl)
+    return matmul_compute(wl, A, B)
 
 
 # ---- dense_gemv_nn.x86: a matrix-vector product and few rows (M <= 8) against a weight stored
@@ -1444,6 +1443,7 @@ DENSE_GEMV_NN_X86 = ScheduleTemplate(
     name="dense_gemv_nn.x86", op="dense", target_kind="llvm",
     compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
     check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1)
+
 
 # batch_matmul_gemv_nn.x86: dense_gemv_nn.x86 on each batch (M <= 8, B stored [batch, K, N]:
 # attention's probabilities times V at decoding), the batches' tasks side by side.
