@@ -28,8 +28,10 @@ How it works:
   faster (``pick_kernels``); every bucket is routed to its fastest picked kernel. The report
   lists the expected time after each pick: what each extra kernel buys.
 - **Few rows.** On the CPU, a family whose only varying axis is M serves M = 1 to 4 (a
-  weight stored [K, N]: 8) with the gemv templates, a kernel of each exact shape (its
-  fallback), branches of the library ahead of the buckets (``exact_templates``).
+  weight stored [K, N]: 8) with the gemv templates, a kernel of each exact shape, branches of
+  the library ahead of the buckets (``exact_templates``): tuned as that shape on its own
+  template (a bucket all of whose shapes they serve is not tuned), each one's best config kept
+  in the library (``Library.exact``; none measured: its fallback).
 - **One library.** The picked kernels and the generic kernel (the template's fallback for the
   family's median shape, used outside every bucket and when nothing was tuned) are the
   branches of ONE PrimFunc ``main`` that dispatches on the shape: each branch binds its
@@ -181,19 +183,32 @@ class Library:
     generic: LibKernel
     curve: List[float] = field(default_factory=list)  # expected time after each pick (s)
     # Kernels not built (their config does not fit this target's space), with the reason: their
-    # buckets run the generic kernel. Filled when the library is compiled; not saved.
+    # buckets run the generic kernel (key: the kernel's index; -M: the exact-shape kernel of
+    # M, which then runs its fallback). Filled when the library is compiled; not saved.
     set_aside: Dict[int, str] = field(default_factory=dict)
+    # The configs tuned for the sizes of M served by a kernel of their own shape
+    # (``exact_templates``; rep = that shape); a size without one runs its fallback.
+    exact: List[LibKernel] = field(default_factory=list)
 
     def to_json(self) -> dict:
         fam = self.family
-        return {"family_library": {
+        out = {
             "op": fam.op, "shape": fam.text, "dtype": fam.dtype, "out_dtype": fam.out_dtype,
             "layout": fam.layout,
             "weights": [[list(s), w] for s, w in fam.weights] if fam.weights else None,
             "target": self.target, "kernels": [k.to_json() for k in self.kernels],
             "routes": [[{a: list(b) for a, b in bounds.items()}, i] for bounds, i in self.routes],
-            "generic": self.generic.to_json(), "curve": self.curve},
-            "version": FORMAT}
+            "generic": self.generic.to_json(), "curve": self.curve}
+        if self.exact:
+            out["exact"] = [k.to_json() for k in self.exact]
+        return {"family_library": out, "version": FORMAT}
+
+    def exact_kernel(self, m: int, template: str) -> Optional[LibKernel]:
+        """The config tuned for the exact-shape kernel of M = ``m`` on ``template``, if any."""
+        for k in self.exact:
+            if k.rep[1] == m and k.template == template:
+                return k
+        return None
 
     @staticmethod
     def from_json(obj) -> "Library":
@@ -206,7 +221,8 @@ class Library:
                   for bounds, i in lib["routes"]]
         return Library(fam, str(lib["target"]), [LibKernel.from_json(k) for k in lib["kernels"]],
                        routes, LibKernel.from_json(lib["generic"]),
-                       [float(x) for x in lib.get("curve", [])])
+                       [float(x) for x in lib.get("curve", [])],
+                       exact=[LibKernel.from_json(k) for k in lib.get("exact", [])])
 
 
 def load_libraries(path) -> List[Library]:
@@ -241,7 +257,7 @@ def library_for(paths, family: Family, target) -> Optional[Library]:
                 same = lib
     if exact is None and same is not None:
         same = Library(family, same.target, same.kernels, same.routes, same.generic,
-                       same.curve)
+                       same.curve, exact=same.exact)
     return exact or same
 
 
@@ -374,7 +390,7 @@ EXACT_M = 8
 
 def exact_templates(family: Family, target) -> List[Tuple[int, str]]:
     """(M, template) of the sizes of M that ``family``'s library serves with a kernel of that
-    exact shape, the default template's fallback (``EXACT_M``); none where other axes vary or
+    exact shape on the default template at that shape (``EXACT_M``); none where other axes vary or
     off the CPU."""
     if parse_target(target).kind.name != "llvm" or family.varying != ("M",):
         return []
@@ -388,13 +404,27 @@ def exact_templates(family: Family, target) -> List[Tuple[int, str]]:
     return out
 
 
-def _exact_funcs(family: Family, target) -> List[Tuple[int, Any]]:
-    """(M, its kernel's scheduled PrimFunc) of ``exact_templates``."""
+def exact_shape(family: Family, m: int) -> Tuple[int, int, int, int]:
+    """The family's shape of M = ``m`` (a family of ``exact_templates``: only M varies)."""
+    return (family.fixed("B"), m, family.fixed("N"), family.fixed("K"))
+
+
+def _exact_funcs(library: Library, target) -> List[Tuple[int, Any]]:
+    """(M, its kernel's scheduled PrimFunc) of ``exact_templates``: the library's config
+    tuned for that shape, else the template's fallback (a config that does not fit this
+    target's space is set aside, with the reason, for the fallback)."""
     out = []
-    for m, name in exact_templates(family, target):
-        task = Task(family.workload((family.fixed("B"), m, family.fixed("N"),
-                                     family.fixed("K"))), target, template=name)
-        out.append((m, task.instantiate(task.fallback_config())["main"]))
+    for m, name in exact_templates(library.family, target):
+        task = Task(library.family.workload(exact_shape(library.family, m)), target,
+                    template=name)
+        config = task.fallback_config()
+        kernel = library.exact_kernel(m, name)
+        if kernel is not None:
+            try:
+                config = config_of(task, kernel)
+            except TvmExtError as err:
+                library.set_aside[-m] = f"M = {m}'s own kernel: {err} (its fallback runs)"
+        out.append((m, task.instantiate(config)["main"]))
     return out
 
 
@@ -567,7 +597,7 @@ def library_func(library: Library, target, entry: str = "main"):
     pass_config.update(task.template.pass_config)
     # A bucket whose kernel was set aside goes to the generic kernel (no route).
     routes = [(bounds, index[i]) for bounds, i in library.routes if i in index]
-    exact = _exact_funcs(library.family, target)
+    exact = _exact_funcs(library, target)
     return _library_func(funcs, routes, library.family, entry, granules, exact), pass_config
 
 
@@ -623,8 +653,11 @@ def describe_library(lib: Library) -> List[str]:
     lines.append(f"  {'any other shape':<34} -> generic ({g.template}, "
                  f"{'tuned' if g.tuned else 'fallback'} config for "
                  f"{'x'.join(map(str, g.rep))}, symbolic in {', '.join(lib.family.varying)})")
-    lines += [f"  M = {m:<30} -> {name} (its fallback, that shape's own, ahead of the buckets)"
-              for m, name in exact_templates(lib.family, lib.target)]
+    for m, name in exact_templates(lib.family, lib.target):
+        k = lib.exact_kernel(m, name)
+        how = "its fallback" if k is None or -m in lib.set_aside else \
+            f"{k.how} config" + (f", {k.cost * 1e3:.4f} ms" if k.cost else "")
+        lines.append(f"  M = {m:<30} -> {name} ({how}; that shape's own, ahead of the buckets)")
     lines += [f"  set aside: {why}" for why in lib.set_aside.values()]
     return lines
 
@@ -685,11 +718,15 @@ class FamilyReport:
     routes: List[Tuple[str, int]]
     tune_seconds: float = 0.0
     rerank_seconds: float = 0.0
+    exact: List[LibKernel] = field(default_factory=list)  # tuned kernels of their own shape
 
     def lines(self) -> List[str]:
         out = [f"{len(self.buckets)} buckets; {len(self.tuned)} representatives tuned; "
                f"{self.candidates} candidate kernels timed at every bucket",
                f"tuning {self.tune_seconds:.1f} s, re-ranking {self.rerank_seconds:.1f} s"]
+        if self.exact:
+            out.append("kernels of their own shape, tuned: " + ", ".join(
+                f"M = {k.rep[1]} {k.template} {k.cost * 1e3:.4f} ms" for k in self.exact))
         if self.curve:
             base = self.curve[0]
             out.append("expected time by kernels in the library: " + ", ".join(
@@ -754,53 +791,15 @@ def heavy_proposals(family: Family, buckets: Sequence[Bucket], task_at, *, top: 
     return out
 
 
-def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 8,
-                tuner: str = "xgb", template: Optional[str] = None, top: int = 3,
-                proposed: int = 2, measure_options=None, seed: int = 0, progress=None):
-    """Tune a family into a library (see the module doc); the representatives' records and
-    the library line are appended to ``log``. Returns (Library, FamilyReport). The
-    candidates are the ``top`` best configs of each representative, its fallback, and the
-    proposer's ``top`` first configs at each of the ``proposed`` heaviest buckets
-    (``heavy_proposals``)."""
-    from .session import make_measurer, tune_task  # noqa: PLC0415
-
-    say = progress or (lambda msg: logger.info("tvm_ext: %s", msg))
-    target = parse_target(target)
-    if not family.enumerable:
-        raise WorkloadError(f"{family}: an axis of any size (?) needs a shape trace to be tuned")
-    if max_kernels < 1:
-        raise TvmExtError(f"--max-kernels must be at least 1, got {max_kernels}")
-    t = family_template(family, target, template)
-    rec.check_appendable(log)
-    buckets = make_buckets(family)
-    by_flop = sorted({b.rep for b in buckets}, key=lambda s: family.workload(s).flop)
-    reps = spread(by_flop, max_kernels)
-    say(f"{family}: {len(buckets)} buckets, tuning {len(reps)} representatives with "
-        f"{trials} trials each ({t.name})")
-    start = time.time()
-    measurer = make_measurer(target, measure_options)
-    # Tuned in the space of the kernel that will run: symbolic extents (whose rules can
-    # differ: a tensor-core kernel of symbolic extents stages its C tile where it pads).
-    granules = family_granules(family, t.name)
-
-    def task_at(shape):
-        return Task(family.workload(shape), target, template=t.name, symbolic=True,
-                    granules=granules)
-
-    rep_tasks = {shape: task_at(shape) for shape in reps}
-    try:
-        for i, shape in enumerate(reps):
-            task = rep_tasks[shape]
-            s = tune_task(task, log, trials=trials, tuner=tuner, seed=seed + i, resume=True,
-                          transfer=[log], measurer=measurer)
-            say(f"  {task.workload}: best {s.best_cost * 1e3:.3f} ms "
-                f"({s.best_gflops:.1f} GFLOP/s)")
-    finally:
-        if hasattr(measurer, "close"):
-            measurer.close()
-    tune_seconds = time.time() - start
-    # Candidates: the best configs of each representative, as symbolic kernels.
-    records = rec.load(log)
+def _pick_bucket_kernels(family: Family, target, buckets, rep_tasks, records, name: str,
+                         task_at, generic: LibKernel, *, top: int, proposed: int,
+                         max_kernels: int, seed: int, say, log):
+    """(kernels, routes, expected time after each pick, candidates timed): the candidates
+    (the ``top`` best configs of each representative, its fallback, ``heavy_proposals``) timed
+    at every bucket's representative as they will run, and ``pick_kernels``'s choice. No
+    bucket: no kernel."""
+    if not buckets:
+        return [], [], [], 0
     cands: List[LibKernel] = []
     seen = set()
 
@@ -810,15 +809,15 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
             seen.add(key)
             cands.append(k)
 
-    for shape in reps:
+    for shape in rep_tasks:
         for r in rec.ranked_for(records, family.workload(shape), target)[:top]:
-            if r.task_name == t.name:
-                add(LibKernel(t.name, shape, r.config.to_json_dict(), True, r.result.mean))
+            if r.task_name == name:
+                add(LibKernel(name, shape, r.config.to_json_dict(), True, r.result.mean))
     # And each representative's fallback in the family's space (the proposer's first for the
     # kernel that runs), which a few trials of a space this large may not have reached.
     if cands:
         for shape, task in rep_tasks.items():
-            add(LibKernel(t.name, shape, task.fallback_config().to_json_dict(), tuned=False))
+            add(LibKernel(name, shape, task.fallback_config().to_json_dict(), tuned=False))
     # And the proposer's first configs at the buckets that weigh the most (flops x shapes):
     # they decide the family's time, and no representative may be near them.
     if cands:
@@ -827,8 +826,6 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     if not cands:
         raise TvmExtError(f"{family}: no representative has a valid measured config "
                           f"(see {log})")
-    start = time.time()
-    generic = generic_kernel(family, target, t.name)
     times = np.full((len(cands), len(buckets)), np.inf)
     rep_shapes = [b.rep for b in buckets]
     prepared = prepare_shapes(target, family, rep_shapes, seed=seed)
@@ -842,19 +839,93 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
         except Exception as err:  # noqa: BLE001  (a candidate that fails is not picked)
             say(f"  candidate {ci} ({'x'.join(map(str, k.rep))}) dropped: "
                 f"{str(err).strip().splitlines()[-1] if str(err).strip() else err!r}")
-    rerank_seconds = time.time() - start
     weights = np.array([b.scale for b in buckets])  # a bucket's time = its rep's x scale
     picks, curve = pick_kernels(times, weights, max_kernels)
     if not picks or not np.isfinite(curve[0]):
         raise TvmExtError(f"{family}: no candidate kernel ran at every bucket")
-    kernels = [cands[c] for c in picks]
     routes = []
     for bi, b in enumerate(buckets):
         idx = int(np.argmin([times[c, bi] for c in picks]))
         routes.append((b.bounds, idx))
-    library = Library(family, target_str(target), kernels, routes, generic, curve)
+    return [cands[c] for c in picks], routes, curve, len(cands)
+
+
+def tuned_buckets(family: Family, target) -> Tuple[List[Bucket], List[Tuple[int, str]]]:
+    """(the buckets a bucket kernel serves, ``exact_templates``): a bucket every shape of which
+    runs a kernel of its own shape is neither tuned nor routed."""
+    exact = exact_templates(family, target)
+    served = {m for m, _ in exact}
+    buckets = [b for b in make_buckets(family) if not all(s[1] in served for s in b.shapes)]
+    return buckets, exact
+
+
+def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 8,
+                tuner: str = "xgb", template: Optional[str] = None, top: int = 3,
+                proposed: int = 2, measure_options=None, seed: int = 0, progress=None):
+    """Tune a family into a library (see the module doc); the representatives' records and
+    the library line are appended to ``log``. Returns (Library, FamilyReport). The
+    candidates are the ``top`` best configs of each representative, its fallback, and the
+    proposer's ``top`` first configs at each of the ``proposed`` heaviest buckets
+    (``heavy_proposals``). The sizes of M served by a kernel of their own shape
+    (``exact_templates``) are tuned as that shape, ``trials`` each; the library keeps each
+    one's best measured config."""
+    from .session import make_measurer, tune_task  # noqa: PLC0415
+
+    say = progress or (lambda msg: logger.info("tvm_ext: %s", msg))
+    target = parse_target(target)
+    if not family.enumerable:
+        raise WorkloadError(f"{family}: an axis of any size (?) needs a shape trace to be tuned")
+    if max_kernels < 1:
+        raise TvmExtError(f"--max-kernels must be at least 1, got {max_kernels}")
+    t = family_template(family, target, template)
+    rec.check_appendable(log)
+    buckets, exact = tuned_buckets(family, target)
+    by_flop = sorted({b.rep for b in buckets}, key=lambda s: family.workload(s).flop)
+    reps = spread(by_flop, max_kernels)
+    say(f"{family}: {len(buckets)} buckets, tuning {len(reps)} representatives with "
+        f"{trials} trials each ({t.name})" + (
+            f"; M = {', '.join(str(m) for m, _ in exact)} on kernels of their own shape "
+            f"({', '.join(dict.fromkeys(n for _, n in exact))}), {trials} trials each"
+            if exact else ""))
+    start = time.time()
+    measurer = make_measurer(target, measure_options)
+    # Tuned in the space of the kernel that will run: symbolic extents (whose rules can
+    # differ: a tensor-core kernel of symbolic extents stages its C tile where it pads).
+    granules = family_granules(family, t.name)
+
+    def task_at(shape):
+        return Task(family.workload(shape), target, template=t.name, symbolic=True,
+                    granules=granules)
+
+    rep_tasks = {shape: task_at(shape) for shape in reps}
+    exact_tasks = [Task(family.workload(exact_shape(family, m)), target, template=name)
+                   for m, name in exact]
+    try:
+        for i, task in enumerate(list(rep_tasks.values()) + exact_tasks):
+            s = tune_task(task, log, trials=trials, tuner=tuner, seed=seed + i, resume=True,
+                          transfer=[log], measurer=measurer)
+            say(f"  {task.workload}{'' if task in rep_tasks.values() else f' ({task.name})'}: "
+                f"best {s.best_cost * 1e3:.3f} ms ({s.best_gflops:.1f} GFLOP/s)")
+    finally:
+        if hasattr(measurer, "close"):
+            measurer.close()
+    tune_seconds = time.time() - start
+    records = rec.load(log)
+    own = []  # each exact size's best measured config (none valid: its fallback runs)
+    for task in exact_tasks:
+        best = [r for r in rec.ranked_for(records, task.workload, target)
+                if r.task_name == task.name][:1]
+        own += [LibKernel(task.name, exact_shape(family, task.workload.M),
+                          r.config.to_json_dict(), True, r.result.mean) for r in best]
+    generic = generic_kernel(family, target, t.name)
+    start = time.time()
+    kernels, routes, curve, n_cands = _pick_bucket_kernels(
+        family, target, buckets, rep_tasks, records, t.name, task_at, generic, top=top,
+        proposed=proposed, max_kernels=max_kernels, seed=seed, say=say, log=log)
+    rerank_seconds = time.time() - start
+    library = Library(family, target_str(target), kernels, routes, generic, curve, exact=own)
     rec.append(log, [json.dumps(library.to_json())])
-    report = FamilyReport(buckets, reps, len(cands), curve,
+    report = FamilyReport(buckets, reps, n_cands, curve,
                           [(b.describe(), i) for b, (_, i) in zip(buckets, routes)],
-                          tune_seconds, rerank_seconds)
+                          tune_seconds, rerank_seconds, own)
     return library, report

@@ -365,7 +365,8 @@ def _tune_family(args) -> int:
         lib.export_library(args.export)
         print(f"library from {log} written to {args.export}")
         return 0
-    buckets = fam_mod.make_buckets(fam) if fam.enumerable else []
+    buckets, exact = fam_mod.tuned_buckets(fam, args.target_obj) if fam.enumerable else \
+        ([], [])
     reps = fam_mod.spread(sorted({b.rep for b in buckets},
                                  key=lambda sh: fam.workload(sh).flop), args.max_kernels)
     if args.list_space or args.dry_run:
@@ -373,7 +374,11 @@ def _tune_family(args) -> int:
         for b in buckets:
             print(f"  {b.describe():<34} {len(b.shapes):>5} shapes, representative "
                   f"{'x'.join(map(str, b.rep))}")
-        print(f"would tune {len(reps)} representatives ({args.trials} trials each) into {log}")
+        for m, name in exact:
+            print(f"  M = {m:<30} a kernel of its own shape ({name})")
+        print(f"would tune {len(reps)} representatives" + (
+            f" and {len(exact)} shapes of their own kernel" if exact else "")
+            + f" ({args.trials} trials each) into {log}")
         return 0
     if not fam.enumerable:
         raise TvmExtError(f"{fam}: an axis of any size (?) needs --shape-trace to be tuned")

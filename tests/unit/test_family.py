@@ -280,6 +280,50 @@ def test_heavy_buckets_get_proposals_at_their_largest_member():
     assert len(configs) == len(set(configs))  # no config proposed twice
 
 
+def test_tuning_a_family_over_m_tunes_the_few_rows_as_their_own_shape(tmp_path):
+    """A CPU family of M = 1..6 against one weight stored [N, K]: M = 1 to 4 run kernels of
+    their own shape (``exact_templates``), so tuning measures those shapes on their own
+    template and no bucket of them; the library keeps each one's best record of the log,
+    reads it back, builds it (numpy's answer at every M), and a config this target's space
+    refuses is set aside with the reason, its fallback running instead."""
+    from tvm_ext.measure import MeasureOptions, RunOptions
+    fam = Family.parse("1..6x96x128", "dense", layout="NT")
+    log = tmp_path / "own.json"
+    options = MeasureOptions(run=RunOptions(number=2, repeat=2), n_parallel=1)
+    library, report = F.tune_family(fam, CPU, log, trials=2, max_kernels=2, tuner="random",
+                                    measure_options=options)
+    own = F.exact_templates(fam, CPU)
+    assert [m for m, _ in own] == [1, 2, 3, 4]
+    # one bucket kernel's bucket, M 5..6; the tuned records: its representative and M 1..4
+    assert [b.describe() for b in report.buckets] == ["M 5..6"] == \
+        [F.Bucket(bounds, [], 0, ()).describe() for bounds, _ in library.routes]
+    records = record.load(log)
+    assert {r.workload.key() for r in records} == {fam.workload((1, m, 96, 128)).key()
+                                                   for m in (1, 2, 3, 4, 6)}
+    assert [(k.rep[1], k.template) for k in library.exact] == own
+    for k in library.exact:
+        best = [r for r in record.ranked_for(records, fam.workload(k.rep), CPU)
+                if r.task_name == k.template][0]
+        assert k.tuned and k.config == best.config.to_json_dict() and k.cost == best.result.mean
+    assert [k.rep[1] for k in report.exact] == [1, 2, 3, 4] and "M = 4" in report.lines()[2]
+    lib = F.build_family(fam, CPU, log)
+    assert lib.library.to_json() == library.to_json()
+    assert sum("tuned config" in line and "that shape's own" in line
+               for line in lib.describe()) == 4
+    _check_all(lib, fam, fam.shapes() + [(1, 9, 96, 128)])
+    # The M = 2 kernel's config outside this target's space: set aside, its fallback runs.
+    bad = F.Library.from_json(json.loads(json.dumps(library.to_json())))
+    for knob in bad.exact_kernel(2, own[1][1]).config["entity"]:
+        if knob[1] == "ot":
+            knob[2] = 999  # no option of the knob
+    built = F.compile_library(bad, CPU)
+    assert list(built.library.set_aside) == [-2]
+    assert "M = 2's own kernel" in built.library.set_aside[-2]
+    assert any(line.startswith("  M = 2 ") and "its fallback" in line
+               for line in built.describe())
+    _check_all(built, fam, [(1, 2, 96, 128)])
+
+
 def test_library_from_the_log_is_the_tuned_one(tuned, tmp_path):
     fam, log, library, _ = tuned
     (back,) = F.load_libraries(log)

@@ -261,9 +261,11 @@ def main(argv=None) -> int:
     by_flop = sorted(shapes, key=lambda s: fam.workload(s).flop)
     sample = F.spread(by_flop, args.sample)
     per_shape, tune_times = {}, []
-    template = library.kernels[0].template
+    # The library's template, or at a size served by a kernel of its own shape that kernel's
+    template = library.kernels[0].template if library.kernels else library.generic.template
+    own = dict(F.exact_templates(fam, target))
     for i, shape in enumerate(sample):
-        task = Task(fam.workload(shape), target, template=template)
+        task = Task(fam.workload(shape), target, template=own.get(shape[1], template))
         slog = work / f"shape_{i}.json"
         key = f"shape {'x'.join(map(str, shape))}"
         best = record.best_for(record.load(slog), task.workload, target) \
