@@ -32,6 +32,10 @@ How it works:
   the library ahead of the buckets (``exact_templates``): tuned as that shape on its own
   template (a bucket all of whose shapes they serve is not tuned), each one's best config kept
   in the library (``Library.exact``; none measured: its fallback).
+- **Few rows, any length.** One M (up to 4, or 8 for a weight stored [K, N]) against a
+  weight or cache whose length varies (decoding's attention over its cached keys and values)
+  runs the gemv templates' kernels of symbolic N and batch (K and batch for [K, N]), rows
+  padded to whole tasks, K's last rows guarded (``Template.family_compute``).
 - **One library.** The picked kernels and the generic kernel (the template's fallback for the
   family's median shape, used outside every bucket and when nothing was tuned) are the
   branches of ONE PrimFunc ``main`` that dispatches on the shape: each branch binds its
@@ -276,7 +280,9 @@ def family_template(family: Family, target, template: Optional[str] = None, *,
         if not t.symbolic:
             return "its kernels do not take symbolic extents"
         if t.family_check is not None:
-            return "its kernels do not take any size" if any_size else t.family_check(family)
+            if any_size and not t.family_any_size:
+                return "its kernels do not take any size"
+            return t.family_check(family)
         return None
 
     if template is not None:
@@ -349,7 +355,8 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
     A, B = _placeholders(family, sizes)
     # Accumulated as the template accumulates (mma: f16 products in f32, cast at the end).
     acc = task.template.acc_dtype(task.workload) if task.template.acc_dtype else None
-    tensors = matmul_compute(task.workload, A, B, acc=acc)
+    tensors = task.template.family_compute(task.workload, cfg, A, B) \
+        if task.template.family_compute else matmul_compute(task.workload, A, B, acc=acc)
     if task.template.prepare is not None:
         task.template.prepare()
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
@@ -382,9 +389,9 @@ def config_of(task: Task, kernel: LibKernel) -> ConfigEntity:
 
 
 #: A CPU family whose only varying axis is M serves each M up to this with a kernel of its
-#: own shape where the default template at that shape takes no symbolic extents (the gemv
-#: templates; the family's packed kernel pads M to its register tile and packs the whole
-#: weight at every call).
+#: own shape where the default template at that shape takes no symbolic extents of this
+#: family (the gemv templates, whose kernels take one M; the family's packed kernel pads M to
+#: its register tile and packs the whole weight at every call).
 EXACT_M = 8
 
 
@@ -399,7 +406,7 @@ def exact_templates(family: Family, target) -> List[Tuple[int, str]]:
         shape = (family.fixed("B"), m, family.fixed("N"), family.fixed("K"))
         if family.contains(shape):
             t = templates_for(family.workload(shape), parse_target(target))[0]
-            if not t.symbolic:
+            if not t.symbolic or t.family_check is not None and t.family_check(family):
                 out.append((m, t.name))
     return out
 

@@ -200,6 +200,12 @@ class Template:
     # family -> None, or why its kernels of symbolic extents cannot serve that family (a
     # template whose kernels need every size a multiple of something); None: any family.
     family_check: Optional[Callable] = None
+    # Whether a kernel of a family ``family_check`` lets it serve takes any size of the axes
+    # that vary (then it may be the family's generic kernel too).
+    family_any_size: bool = False
+    # (workload, config, A, B) -> the tensors of its kernel of symbolic extents on the
+    # family's operands A and B (None: the plain matmul, its schedule padding to its tiles).
+    family_compute: Optional[Callable] = None
 
     # Whether ``schedule`` works on a TensorIR matmul (a fused Relax function, MetaSchedule).
     schedulable = False

@@ -14,6 +14,7 @@ from tvm_ext.measure.check import random_inputs, reference_matmul
 from tvm_ext import record
 from tvm_ext.dispatch import apply_history_best
 from tvm_ext.errors import LogError, WorkloadError
+from tvm_ext.strategy import get_template
 from tvm_ext.target import host_cpu_target
 from tvm_ext.workload import Family, is_family_text
 
@@ -163,6 +164,38 @@ def test_a_family_over_m_serves_few_rows_with_a_kernel_of_their_own_shape(layout
     assert any("M = 1 " in line and "_gemv" in line for line in lib.describe())
     _check_all(lib, fam, [(1, m, 96, 128) for m in (1, 2, 3, most, most + 1, 17, 40)])
     assert F.exact_templates(Family.parse("1..4x1..8x96x128", "batch_matmul"), CPU) == []
+
+
+@pytest.mark.parametrize("op,text,layout,outside,template", [
+    # decoding's q . K^T over the cached keys: N (and the heads) vary; K = 40, a tail of 8
+    ("batch_matmul", "1..3x1x16..80:16x40", "NT", [(2, 1, 7, 40), (4, 1, 99, 40)],
+     "batch_matmul_gemv.x86"),
+    # its P . V over the cached values: K varies; N = 24, one vector and a rest of 8 columns
+    ("batch_matmul", "2x1x24x5..77:12", "NN", [(2, 1, 24, 3), (2, 1, 24, 100)],
+     "batch_matmul_gemv_nn.x86"),
+    ("dense", "2x33..300:89x200", "NT", [(1, 2, 5, 200)], "dense_gemv.x86"),  # weight rows
+])
+def test_few_rows_against_a_varying_length_run_the_gemv_kernels(op, text, layout, outside,
+                                                               template):
+    """A CPU family of one or two rows against a weight or cache of varying length (the
+    gemv templates' kernels take symbolic N and batch, or K and batch for a weight stored
+    [K, N]): every bucket kernel and the generic one are the gemv, numpy's answer at every
+    shape of the family and at shapes outside it (odd lengths through the generic kernel)."""
+    fam = Family.parse(text, op, layout=layout)
+    assert F.family_template(fam, CPU).name == template
+    assert F.family_template(fam, CPU, any_size=True).name == template
+    assert F.exact_templates(fam, CPU) == []
+    lib = F.compile_library(fallback_library(fam, CPU, 2, "llvm"), CPU)
+    assert {k.template for k in lib.library.kernels} == {template}
+    assert lib.library.generic.template == template
+    _check_all(lib, fam, fam.shapes() + outside)
+    assert all(lib.kernel_for(s) == len(lib.library.kernels) for s in outside)
+    # Where M varies too, the gemv's kernels (one M: its rows unrolled) are not the family's.
+    varied = Family.parse("1..2x1..4x64x32" if op == "batch_matmul" else "1..4x64..128:64x32",
+                          op, layout=layout)
+    why = get_template(template).family_check(varied)
+    assert why and "one size of M" in why
+    assert F.family_template(varied, CPU).name != template
 
 
 def test_library_of_bucket_kernels_is_right_for_every_shape(tmp_path):

@@ -1076,22 +1076,28 @@ def _gemv_compute(wl, cfg, A=None, B=None):
     padded to whole tasks (rows past N read the weight's last row) and cropped
     (``CROP_BLOCK``), the sums over K's whole kv-vectors (block "C"), those over the rest of K
     (``GEMV_TAIL_BLOCK``) and their sum (``GEMV_SUM_BLOCK``). A batch_matmul's blocks have its
-    batch axis first (``batch_matmul_gemv.x86``). A and B: given tensors, or placeholders."""
-    from tvm import te  # noqa: PLC0415
+    batch axis first (``batch_matmul_gemv.x86``). A and B: given tensors, or placeholders;
+    given ones may have symbolic batch and N (a shape family's kernel: N always padded)."""
+    from tvm import te, tirx  # noqa: PLC0415
     _, xi = cfg["tile_x"].size
     kv = cfg["tile_k"].size[-1]
-    if wl.K % kv == 0 and wl.N % xi == 0:
+    # N and the batch sizes: the given B's and A's (symbolic in a family), else the workload's
+    n = B.shape[-2 if wl.transpose_b else -1] if B is not None else wl.N
+    n = int(n) if isinstance(n, (int, tirx.IntImm)) else n
+    if wl.K % kv == 0 and isinstance(n, int) and n % xi == 0:
         return _plain(wl, A, B)
     A = A if A is not None else te.placeholder(wl.a_shape, wl.dtype, name="A")
     B = B if B is not None else te.placeholder(wl.b_shape, wl.dtype, name="B")
     a_el, b_el = element_at(wl, A, B)
-    cols, whole, out = -(-wl.N // xi) * xi, wl.K // kv * kv, wl.out_dtype
-    shape = (*wl.out_shape[:-1], cols)  # (B,) M, N padded
+    whole, out, lead_shape = wl.K // kv * kv, wl.out_dtype, tuple(A.shape[:-2])
+    cols = -(-n // xi) * xi if isinstance(n, int) else tirx.floordiv(n + xi - 1, xi) * xi
+    padded = not isinstance(n, int) or cols != n
+    shape = (*lead_shape, wl.M, cols)  # (B,) M, N padded
 
     def prod(idx, k):  # a row past N reads the weight's last row (its sum is cropped)
         *lead, i, j = idx
         return a_el(tuple(lead), i, k).astype(out) * \
-            b_el(tuple(lead), te.min(j, wl.N - 1) if cols != wl.N else j, k).astype(out)
+            b_el(tuple(lead), te.min(j, n - 1) if padded else j, k).astype(out)
 
     k = te.reduce_axis((0, whole), name="k")
     C = main = te.compute(shape, lambda *idx: te.sum(prod(idx, k), axis=k), name=MATMUL_BLOCK)
@@ -1100,9 +1106,9 @@ def _gemv_compute(wl, cfg, A=None, B=None):
         rest = te.compute(shape, lambda *idx: te.sum(prod(idx, whole + t), axis=t),
                           name=GEMV_TAIL_BLOCK)
         C = te.compute(shape, lambda *idx: main(*idx) + rest(*idx), name=GEMV_SUM_BLOCK)
-    if cols != wl.N:
+    if padded:
         last = C
-        C = te.compute(wl.out_shape, lambda *idx: last(*idx), name=CROP_BLOCK)
+        C = te.compute((*lead_shape, wl.M, n), lambda *idx: last(*idx), name=CROP_BLOCK)
     return [A, B, C]
 
 
@@ -1217,11 +1223,23 @@ def _gemv_fallback(space, wl, facts):
             return values
 
 
+def _gemv_family_check(family):
+    """A family's kernels of symbolic extents: N and the batch may vary (decoding's q . K^T
+    over the cached keys, a weight of any rows), each task's rows padded to whole tasks; one
+    M (its rows are unrolled) and one K (its vector steps and their tail are static)."""
+    fixed = [a for a in ("M", "K") if a in family.varying]
+    return f"its kernels take one size of {' and '.join(fixed)}" if fixed else None
+
+
+#: dense_gemv.x86 / batch_matmul_gemv.x86 as a shape family's kernels: symbolic N and batch.
+_GEMV_FAMILY = dict(symbolic=True, family_check=_gemv_family_check, family_any_size=True,
+                    family_compute=_gemv_compute)
+
 DENSE_GEMV_X86 = ScheduleTemplate(
     name="dense_gemv.x86", op="dense", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
     check=_gemv_check, dtypes=("float32", "float64"),
-    priority=_gemv_priority)
+    priority=_gemv_priority, **_GEMV_FAMILY)
 
 
 # ---- batch_matmul_gemv.x86: dense_gemv.x86 on each batch (M <= 4, B stored [batch, N, K]),
@@ -1232,7 +1250,7 @@ BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
     name="batch_matmul_gemv.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
     check=_gemv_check, dtypes=("float32", "float64"),
-    priority=_gemv_priority)
+    priority=_gemv_priority, **_GEMV_FAMILY)
 
 
 # ---- dense_gemv_t.x86: few columns (N <= 4) against many rows of A, B stored [N, K] (NT): the
@@ -1344,30 +1362,39 @@ def _gemv_nn_check(wl, facts):
     return None
 
 
-def _gemv_nn_compute(wl, cfg):
+def _gemv_nn_compute(wl, cfg, A=None, B=None):
     """[A, B, C]: the plain matmul where the tile's columns divide N; else the sums of N's
     whole tiles (block "C"), those of its last columns (``GEMV_NN_REST_BLOCK``), and C put
-    together from both (``GEMV_NN_JOIN_BLOCK``)."""
+    together from both (``GEMV_NN_JOIN_BLOCK``). A and B: given tensors (a shape family's,
+    of symbolic batch and K), or placeholders."""
     from tvm import te, tirx  # noqa: PLC0415
     xv = cfg.value("columns", 64)
     if wl.N % xv == 0:
-        return _plain(wl)
-    A = te.placeholder(wl.a_shape, wl.dtype, name="A")
-    B = te.placeholder(wl.b_shape, wl.dtype, name="B")
+        return _plain(wl, A, B)
+    A = A if A is not None else te.placeholder(wl.a_shape, wl.dtype, name="A")
+    B = B if B is not None else te.placeholder(wl.b_shape, wl.dtype, name="B")
     a_el, b_el = element_at(wl, A, B)
-    whole, out, lead = wl.N // xv * xv, wl.out_dtype, wl.out_shape[:-2]
+    whole, out, lead = wl.N // xv * xv, wl.out_dtype, tuple(A.shape[:-2])
+    depth = A.shape[-2 if wl.transpose_a else -1]  # K (symbolic in a family)
 
     def dot(name, cols, first):
-        k = te.reduce_axis((0, wl.K), name="k")
+        k = te.reduce_axis((0, depth), name="k")
         return te.compute((*lead, wl.M, cols), lambda *x: te.sum(
             a_el(x[:-2], x[-2], k).astype(out) * b_el(x[:-2], first + x[-1], k).astype(out),
             axis=k), name=name)
 
     main, rest = dot(MATMUL_BLOCK, whole, 0), dot(GEMV_NN_REST_BLOCK, wl.N - whole, whole)
-    C = te.compute(wl.out_shape, lambda *x: tirx.if_then_else(
+    C = te.compute((*lead, wl.M, wl.N), lambda *x: tirx.if_then_else(
         x[-1] < whole, main(*x), rest(*x[:-1], tirx.max(x[-1] - whole, 0))),
         name=GEMV_NN_JOIN_BLOCK)
     return [A, B, C]
+
+
+def _gemv_nn_family_check(family):
+    """A family's kernels of symbolic extents: K and the batch may vary (decoding's P . V
+    over the cached values; K's last rows under a guard); one M and one N (its tiles)."""
+    fixed = [a for a in ("M", "N") if a in family.varying]
+    return f"its kernels take one size of {' and '.join(fixed)}" if fixed else None
 
 
 def _gemv_nn_schedule(sch, cfg, wl, facts):
@@ -1442,7 +1469,9 @@ def _gemv_nn_fallback(space, wl, facts):
 DENSE_GEMV_NN_X86 = ScheduleTemplate(
     name="dense_gemv_nn.x86", op="dense", target_kind="llvm",
     compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
-    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1)
+    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1,
+    symbolic=True, family_check=_gemv_nn_family_check, family_any_size=True,
+    family_compute=_gemv_nn_compute)
 
 
 # batch_matmul_gemv_nn.x86: dense_gemv_nn.x86 on each batch (M <= 8, B stored [batch, K, N]:
@@ -1452,4 +1481,6 @@ DENSE_GEMV_NN_X86 = ScheduleTemplate(
 BATCH_MATMUL_GEMV_NN_X86 = ScheduleTemplate(
     name="batch_matmul_gemv_nn.x86", op="batch_matmul", target_kind="llvm",
     compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
-    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1)
+    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1,
+    symbolic=True, family_check=_gemv_nn_family_check, family_any_size=True,
+    family_compute=_gemv_nn_compute)
