@@ -1,6 +1,6 @@
 """Shape families on the GPU: a library of bucket kernels and the generic kernel for the seed-000
 family's signature (f32 NT, d2 = 512, d3 = 64), every shape of a family checked against torch,
-through one loaded module; a Relax model with a symbolic length built with family kernels."""
+through one loaded module; decoding attention over a cache of symbolic length (family kernels)."""
 import numpy as np
 import pytest
 
@@ -76,3 +76,41 @@ def test_wgmma_library_with_overhanging_tiles_every_shape(tmp_path):
                                       F.generic_kernel(fam, target)), target)
     _check_shapes(lib, fam, fam.shapes() + [(2, 100, 100, 128), (4, 96, 96, 128)])
     assert lib.kernel_for((5, 960, 960, 128)) == 0 and lib.kernel_for((2, 100, 100, 128)) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_decoding_attention_over_a_cache_of_any_length(dtype):
+    """softmax(q @ k^T) @ v over a cache of symbolic length n, built for the GPU: q @ k^T is
+    a family of layout NT on k itself (``matmuls_as_templates``), p @ v one of K varying;
+    numpy's answer at lengths 1 to 300."""
+    import tvm
+    import tvm_ext
+    from tvm import relax, tirx
+    from tvm.script import relax as R
+    from tvm_ext.relax import build, extract_families
+    target = _target()
+    bb = relax.BlockBuilder()
+    n = tirx.Var("n", "int64")
+    q = relax.Var("q", R.Tensor((4, 1, 32), dtype))
+    k = relax.Var("k", R.Tensor((4, n, 32), dtype))
+    v = relax.Var("v", R.Tensor((4, n, 32), dtype))
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 2, 1])))
+            p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+            o = bb.emit_output(relax.op.matmul(p, v))
+        bb.emit_func_output(o)
+    mod = bb.get()
+    assert sorted(f.layout for f, _, _ in extract_families(mod, target)) == ["NN", "NT"]
+    with tvm_ext.apply_history_best([]):
+        vm = relax.VirtualMachine(build(mod, target), tvm.cuda(0))
+    rng = np.random.default_rng(0)
+    for length in (1, 7, 48, 300):
+        q, k, v = (rng.standard_normal(s).astype(dtype)
+                   for s in [(4, 1, 32), (4, length, 32), (4, length, 32)])
+        s = q.astype("float64") @ k.astype("float64").transpose(0, 2, 1)
+        e = np.exp(s - s.max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True) @ v.astype("float64")
+        out = vm["main"](*(tvm.runtime.tensor(x, tvm.cuda(0)) for x in (q, k, v))).numpy()
+        tol = 1e-4 if dtype == "float32" else 2e-2
+        assert np.allclose(out, want, rtol=tol, atol=tol), length

@@ -68,12 +68,16 @@ def extract_tasks(mod, target=None, *, subgraphs: bool = False,
     return sorted(((wl, n) for wl, n in found.values()), key=lambda t: (-t[1], -t[0].flop))
 
 
-def extract_families(mod, target=None) -> List[Tuple[object, Dict[str, str], int]]:
+def extract_families(mod, target=None, *,
+                     views=None) -> List[Tuple[object, Dict[str, str], int]]:
     """Every matmul of a model whose sizes hold ``tir.Var``s, as a shape family whose varying
     axes are of any size (``?``), with {axis: var name} and how many kernel calls compute it;
-    one entry per family signature, most frequent first."""
+    one entry per family signature, most frequent first. ``views``: as ``build``'s (a
+    ``q @ permute_dims(k)`` is then a family of layout NT on k)."""
     from ..family import family_template  # noqa: PLC0415
     target = parse_target(target)
+    if views_for(target, views):  # as ``build``: matmuls on views of their operands
+        mod = matmuls_as_templates(mod)
     mod = _relax.transform.LegalizeOps()(mod)
     counts = _call_counts(mod)
     found: Dict[tuple, List] = {}

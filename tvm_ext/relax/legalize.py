@@ -9,7 +9,14 @@ import tvm
 from tvm import relax as _relax
 
 from ..ops.common import matmul_compute
-from .match import _static_shape, rewritten, workload_of_call
+from ..errors import TvmExtError
+from ..workload import Workload
+from .match import _static_shape, _tensor_type, rewritten, workload_of_call
+
+
+def _ndim(expr) -> int:
+    """The number of axes of a tensor expression (-1 where unknown)."""
+    return int(getattr(_tensor_type(expr), "ndim", -1))
 
 #: ``register_op_attr`` level of ours: above TVM's own (10).
 STRATEGY_LEVEL = 11
@@ -101,7 +108,7 @@ def matmuls_as_templates(mod):
             axes, else B."""
             src = self.source(b)
             if is_op(src, "permute_dims"):
-                ndim = len(_static_shape(src.args[0]) or ())
+                ndim = _ndim(src.args[0])
                 axes = src.attrs.axes
                 swap = list(range(ndim - 2)) + [ndim - 1, ndim - 2]
                 if ndim >= 2 and ([int(a) for a in axes] == swap if axes is not None
@@ -127,6 +134,8 @@ def matmuls_as_templates(mod):
         def matmul(self, call):
             a, (w, layout_b) = call.args[0], self.weight(call.args[1])
             sa, sw = _static_shape(a), _static_shape(w)
+            if (sa is None or sw is None) and layout_b == "T":
+                return self.symbolic(call, a, w)
             wl = workload_of_call(call, weight=w, layout_b=layout_b)
             if wl is None or (layout_b == "N" and len(sa) == len(sw) == len(wl.a_shape)):
                 return call  # as written: LegalizeOps takes it (or TVM's own, no template)
@@ -141,6 +150,28 @@ def matmuls_as_templates(mod):
             if shape == list(wl.out_shape):
                 return out
             return self.viewed(self.builder_.emit(out), shape)
+
+        def symbolic(self, call, a, w):
+            """``a @ permute_dims(w)`` of sizes that hold vars (a sequence length: decoding's
+            q . k^T over the cached keys) as our matmul on w, layout NT, where both are 2-D
+            or of the same batch: a shape family's kernel then reads w's rows as they are
+            (the gemv templates'), no transpose at every call."""
+            ta, tw = _tensor_type(a), _tensor_type(w)
+            same = _ndim(a) == _ndim(w) == 2 or _ndim(a) == _ndim(w) == 3 and \
+                tvm.sym.Analyzer().can_prove_equal(ta.shape.values[0], tw.shape.values[0])
+            out_dtype = str(getattr(call.attrs, "out_dtype", "") or "")
+            if not same or str(ta.dtype) != str(tw.dtype):
+                return call
+            dtype = str(ta.dtype)
+            out_dtype = dtype if out_dtype in ("", "void") else out_dtype
+            try:  # the op, dtypes and layout (the compute takes its sizes from a and w)
+                wl = Workload("batch_matmul" if _ndim(a) == 3 else "dense", 1, 1, 1, 1, dtype,
+                              out_dtype, "NT")
+            except TvmExtError:
+                return call
+            changed.append(wl)
+            return self.builder_.call_te(lambda x, y: matmul_compute(wl, x, y)[-1], a, w,
+                                         primfunc_name_hint="tvm_ext_matmul")
 
         def sunk(self, call):
             """An elementwise op on a viewed-back result computed on the flat result, then
