@@ -152,6 +152,29 @@ def test_padding_is_inside_the_kernel(template, op, shape, aligned):
     assert "_pad" not in aligned.instantiate(aligned.fallback_config()).script()
 
 
+@pytest.mark.parametrize("template,op,shape", [
+    ("batch_matmul.cuda", "batch_matmul", (8, 1, 250, 3000)),
+    ("dense_large_batch.cuda", "dense", (127, 131, 137)),
+    ("dense_small_batch.cuda", "dense", (3, 100, 3001))])
+def test_f16_outputs_accumulate_in_f32_cast_in_the_write_back(template, op, shape):
+    """f16 -> f16: the accumulators are f32 registers, cast to f16 where C is written (padded
+    or not), no f32 copy of C in global memory; f16 -> f32 kernels take no cast."""
+    from cuda_helpers import lowered_kernels
+    wl = Workload.create(op, shape, "float16", "float16", layout="NT")
+    task = Task(wl, cuda_target("sm_90"), template=template)
+    cfg = task.fallback_config()
+    script = task.instantiate(cfg).script()
+    assert 'T.Cast("float16", C_' in script  # the write-back casts a local f32 sum
+    local = [b for b in _allocated(next(iter(lowered_kernels(task, cfg).values())))
+             if b.scope() == "local" and b.name.startswith("C")]
+    assert local and all(str(b.dtype) == "float32" for b in local)
+    (func,) = lowered_kernels(task, cfg).values()
+    assert "global" not in [b.scope() for b in _allocated(func)]
+    task.build(cfg)  # through nvcc
+    f32_out = Task(wl.with_(out_dtype="float32"), cuda_target("sm_90"), template=template)
+    assert 'T.Cast("float16"' not in f32_out.instantiate(f32_out.fallback_config()).script()
+
+
 def _allocated(func):
     from tvm import tirx
     found = []

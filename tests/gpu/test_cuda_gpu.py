@@ -81,3 +81,22 @@ def test_numerics_of_shapes_without_convenient_factors_on_gpu(template, op, shap
     rng = np.random.default_rng(zlib.crc32(f"{template}{shape}{dtype}{layout}".encode()))
     a, b = random_inputs(task.workload, rng)
     _check_kernels(task, sample_configs(task, 3, 4), a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("template,op,shape,layout", [
+    ("batch_matmul.cuda", "batch_matmul", (8, 1, 256, 3072), "NT"),   # decoding's rows
+    ("dense_large_batch.cuda", "dense", (64, 96, 3072), "NN"),
+    ("dense_small_batch.cuda", "dense", (1, 4096, 4096), "NT"),
+    ("dense_small_batch.cuda", "dense", (3, 100, 3001), "NN"),         # cropped, then cast
+])
+def test_f16_outputs_accumulate_in_f32(template, op, shape, layout):
+    """f16 -> f16 over a long K: the products summed in f32 and cast at the write-back
+    (``simt_acc_dtype``), within the f16 tolerance of float64 numpy (summed in f16, such
+    kernels failed it from K = 128)."""
+    import tvm
+    wl = Workload.create(op, shape, "float16", "float16", layout=layout)
+    task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")),
+                template=template)
+    a, b = random_inputs(task.workload, np.random.default_rng(3))
+    _check_kernels(task, [task.fallback_config()] + sample_configs(task, 2, 5), a, b)

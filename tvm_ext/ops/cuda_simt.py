@@ -46,8 +46,22 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..template import ScheduleTemplate
-from .common import CROP_BLOCK, MATMUL_BLOCK, largest_factor, padded, plain_compute
-from .common import inline_consumer, inline_producer, pad_to_tiles
+from .common import CAST_BLOCK, CROP_BLOCK, MATMUL_BLOCK, has_block, largest_factor, padded
+from .common import inline_consumer, inline_producer, matmul_compute, pad_to_tiles
+
+
+def simt_acc_dtype(wl):
+    """f16 products accumulated in f32 also for an f16 output, cast once at the write-back, as
+    cuBLAS and the mma templates do: accumulated in f16, the decoding families' f16 -> f16
+    kernels failed the numerics check from K = 128 (`bench.family --target cuda --dtype
+    float16 --out-dtype float16`, H200: max abs error 1.2 at K = 3072)."""
+    return "float32" if wl.dtype == "float16" else wl.out_dtype
+
+
+def simt_compute(wl, cfg):
+    """The plain matmul, accumulated in ``simt_acc_dtype`` (block "C_cast" where it differs
+    from the output's dtype, computed in the write-back)."""
+    return matmul_compute(wl, acc=simt_acc_dtype(wl))
 
 
 @dataclass(frozen=True)
@@ -131,8 +145,8 @@ def schedule_simt_gemm(sch, wl, config: SimtGemmConfig):
         if width > 1:
             _, v = sch.split(sch.get_loops(acc)[-1], [None, width])
             sch.vectorize(v)
-    if pad:
-        inline_consumer(sch, acc)  # the crop of the padded tile, inside the write-back
+    if pad or has_block(sch, CAST_BLOCK):
+        inline_consumer(sch, acc)  # the crop of the padded tile and the cast, in the write-back
     n_above = len(batch_loops) + 5 + len(outer_y) + len(outer_x)  # loops down to ko
     # Shared-memory staging of the A and B tiles of one ko step, loaded by all threads.
     for idx in (0, 1):
@@ -406,13 +420,18 @@ def schedule_small_batch(sch, cfg, wl, facts):
         if len(below) == 2:
             sch.reorder(below[1], below[0])
         sch.bind(below[0], "threadIdx.x")  # the cross-thread reduction over tx
-    if crop:
-        # The padded output tile is the reduction's result in registers; the crop writes the
-        # rows and columns inside M x N after the reduction loop (TIR allows no other block
-        # under it), where TVM folds it into the allreduce's own write: one guarded store.
+    cast = has_block(sch, CAST_BLOCK)
+    if crop and cast:  # cropped, then cast: one block
+        sch.reverse_compute_inline(sch.get_sblock(CAST_BLOCK))
+    if crop or cast:
+        # The padded output tile is the reduction's result in registers; the crop (or the
+        # cast) writes the rows and columns inside M x N after the reduction loop (TIR allows
+        # no other block under it), where TVM folds it into the allreduce's own write: one
+        # guarded store.
         sch.set_scope(c, 0, "local")
         loops = sch.get_loops(c)
-        sch.reverse_compute_at(sch.get_sblock(CROP_BLOCK), loops[-2] if tx_n > 1 else loops[-1])
+        sch.reverse_compute_at(sch.get_sblock(CROP_BLOCK if crop else CAST_BLOCK),
+                               loops[-2] if tx_n > 1 else loops[-1])
     # No auto-unroll pragma here: TIR's allreduce lowering fails once the loop around the
     # cross-thread reduction is unrolled (seen with yi > 1); kv and yi are unrolled explicitly.
     sch.decompose_reduction(rf, r_ko)
@@ -472,20 +491,20 @@ def _any_valid(space, wl):
 
 BATCH_MATMUL_CUDA = ScheduleTemplate(
     name="batch_matmul.cuda", op="batch_matmul", target_kind="cuda",
-    compute=plain_compute, schedule=schedule_from_config,
+    compute=simt_compute, acc_dtype=simt_acc_dtype, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 # The same GEMM without the batch.
 DENSE_LARGE_BATCH_CUDA = ScheduleTemplate(
     name="dense_large_batch.cuda", op="dense", target_kind="cuda",
-    compute=plain_compute, schedule=schedule_from_config,
+    compute=simt_compute, acc_dtype=simt_acc_dtype, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 DENSE_SMALL_BATCH_CUDA = ScheduleTemplate(
     name="dense_small_batch.cuda", op="dense", target_kind="cuda",
-    compute=plain_compute, schedule=schedule_small_batch,
+    compute=simt_compute, acc_dtype=simt_acc_dtype, schedule=schedule_small_batch,
     fallback=lambda space, wl, facts: fallback_small_batch(wl, facts, space),
     check=lambda wl, facts: None if wl.M <= 64 else f"M={wl.M} > 64 (use dense_large_batch)",
     dtypes=("float32", "float16"), priority=1)
