@@ -71,3 +71,27 @@ def row_model(which, shape, dtype="float32"):
 
     mod, _ = Row().export_tvm(spec={"forward": {"x": nn.spec.Tensor(list(shape), dtype)}})
     return mod, reference
+
+
+def decode_attention(dtype="float32", heads=4, dim=32):
+    """Decoding's attention over a cache of symbolic length n, softmax(q @ k^T) @ v, as a
+    Relax module (numpy's answer: ``decode_reference``)."""
+    from tvm import tirx
+    from tvm.script import relax as R
+    bb = relax.BlockBuilder()
+    n = tirx.Var("n", "int64")
+    q = relax.Var("q", R.Tensor((heads, 1, dim), dtype))
+    k, v = (relax.Var(name, R.Tensor((heads, n, dim), dtype)) for name in "kv")
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 2, 1])))
+            p = bb.emit(relax.op.nn.softmax(s, axis=-1))
+            o = bb.emit_output(relax.op.matmul(p, v))
+        bb.emit_func_output(o)
+    return bb.get()
+
+
+def decode_reference(q, k, v):
+    s = q.astype("float64") @ k.astype("float64").transpose(0, 2, 1)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True) @ v.astype("float64")

@@ -121,35 +121,13 @@ def test_cli_model_with_sizes(model, tmp_path):
         assert out.returncode == 2 and msg in out.stderr, (args, out.stderr)
 
 
-DECODE = '''
-from tvm import relax, tirx
-from tvm.script import relax as R
-
-def get_model(H=4, D=32):
-    """Decoding's attention over a cache of symbolic length n: softmax(q @ k^T) @ v."""
-    bb = relax.BlockBuilder()
-    n = tirx.Var("n", "int64")
-    q = relax.Var("q", R.Tensor((H, 1, D), "float32"))
-    k = relax.Var("k", R.Tensor((H, n, D), "float32"))
-    v = relax.Var("v", R.Tensor((H, n, D), "float32"))
-    with bb.function("main", [q, k, v]):
-        with bb.dataflow():
-            s = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 2, 1])))
-            p = bb.emit(relax.op.nn.softmax(s, axis=-1))
-            o = bb.emit_output(relax.op.matmul(p, v))
-        bb.emit_func_output(o)
-    return bb.get()
-'''
-
-
 def test_decoding_attention_over_a_cache_of_any_length_runs_the_gemv_kernels(tmp_path):
     """q @ k^T over a cache of symbolic length is a family of layout NT on k itself (no
     transpose at every call) and p @ v one of K varying: both run the gemv templates' kernels
     of symbolic length, untuned and tuned over a range (the tuned libraries found by the
     build), right at lengths inside and outside it."""
-    ns = {}
-    exec(compile(DECODE, "decode.py", "exec"), ns)
-    mod = ns["get_model"]()
+    from relax_helpers import decode_attention, decode_reference
+    mod = decode_attention()
     fams = extract_families(mod, CPU)
     assert sorted((f.text, f.layout, names) for f, names, _ in fams) == [
         ("4x1x32x?", "NN", {"K": "n"}), ("4x1x?x32", "NT", {"N": "n"})]
@@ -160,10 +138,8 @@ def test_decoding_attention_over_a_cache_of_any_length_runs_the_gemv_kernels(tmp
         for n in (1, 7, 48, 300):
             q, k, v = (rng.standard_normal(s).astype("float32")
                        for s in [(4, 1, 32), (4, n, 32), (4, n, 32)])
-            s = q @ k.transpose(0, 2, 1)
-            e = np.exp(s - s.max(-1, keepdims=True))
             out = vm["main"](*(tvm.runtime.tensor(x) for x in (q, k, v))).numpy()
-            assert np.allclose(out, e / e.sum(-1, keepdims=True) @ v, rtol=1e-4, atol=1e-4), n
+            assert np.allclose(out, decode_reference(q, k, v), rtol=1e-4, atol=1e-4), n
 
     with tvm_ext.apply_history_best([]) as ctx:
         check(build(mod, CPU))
