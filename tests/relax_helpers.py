@@ -73,18 +73,19 @@ def row_model(which, shape, dtype="float32"):
     return mod, reference
 
 
-def decode_attention(dtype="float32", heads=4, dim=32):
-    """Decoding's attention over a cache of symbolic length n, softmax(q @ k^T) @ v, as a
-    Relax module (numpy's answer: ``decode_reference``)."""
+def decode_attention(dtype="float32", lead=(4,), dim=32):
+    """Decoding's attention over a cache of symbolic length n, softmax(q @ k^T) @ v, on
+    [*lead, 1, dim] queries, as a Relax module (numpy's answer: ``decode_reference``)."""
     from tvm import tirx
     from tvm.script import relax as R
     bb = relax.BlockBuilder()
     n = tirx.Var("n", "int64")
-    q = relax.Var("q", R.Tensor((heads, 1, dim), dtype))
-    k, v = (relax.Var(name, R.Tensor((heads, n, dim), dtype)) for name in "kv")
+    q = relax.Var("q", R.Tensor((*lead, 1, dim), dtype))
+    k, v = (relax.Var(name, R.Tensor((*lead, n, dim), dtype)) for name in "kv")
+    swap = [*range(len(lead)), len(lead) + 1, len(lead)]
     with bb.function("main", [q, k, v]):
         with bb.dataflow():
-            s = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, [0, 2, 1])))
+            s = bb.emit(relax.op.matmul(q, relax.op.permute_dims(k, swap)))
             p = bb.emit(relax.op.nn.softmax(s, axis=-1))
             o = bb.emit_output(relax.op.matmul(p, v))
         bb.emit_func_output(o)
@@ -92,6 +93,6 @@ def decode_attention(dtype="float32", heads=4, dim=32):
 
 
 def decode_reference(q, k, v):
-    s = q.astype("float64") @ k.astype("float64").transpose(0, 2, 1)
+    s = q.astype("float64") @ np.swapaxes(k.astype("float64"), -1, -2)
     e = np.exp(s - s.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True) @ v.astype("float64")

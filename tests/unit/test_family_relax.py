@@ -145,6 +145,15 @@ def test_decoding_attention_over_a_cache_of_any_length_runs_the_gemv_kernels(tmp
         check(build(mod, CPU))
     assert sorted(f.splitlines()[1].split("(")[1].split(",")[0] for f in ctx.report.families) \
         == ["batch_matmul_gemv.x86", "batch_matmul_gemv_nn.x86"]
+    # [B, H, 1, D] queries (TVM's frontend): their heads viewed as one batch, the same families
+    wide = decode_attention(lead=(2, 2))
+    assert sorted((f.text, f.layout) for f, _, _ in extract_families(wide, CPU)) == [
+        ("4x1x32x?", "NN"), ("4x1x?x32", "NT")]
+    vm = tvm.relax.VirtualMachine(build(wide, CPU), tvm.cpu())
+    q, k, v = (rng.standard_normal(s).astype("float32")
+               for s in [(2, 2, 1, 32), (2, 2, 9, 32), (2, 2, 9, 32)])
+    out = vm["main"](*(tvm.runtime.tensor(x) for x in (q, k, v))).numpy()
+    assert np.allclose(out, decode_reference(q, k, v), rtol=1e-4, atol=1e-4)
     log = tmp_path / "decode.json"
     options = MeasureOptions(run=RunOptions(number=2, repeat=2), n_parallel=1)
     tuned = tune_model_families(mod, CPU, sizes={"n": "16..64:16"}, trials=2, log=log,

@@ -5,6 +5,8 @@ TVM's own legalization is looked up when it is needed (never captured at import)
 """
 from __future__ import annotations
 
+import functools
+
 import tvm
 from tvm import relax as _relax
 
@@ -13,10 +15,6 @@ from ..errors import TvmExtError
 from ..workload import Workload
 from .match import _static_shape, _tensor_type, rewritten, workload_of_call
 
-
-def _ndim(expr) -> int:
-    """The number of axes of a tensor expression (-1 where unknown)."""
-    return int(getattr(_tensor_type(expr), "ndim", -1))
 
 #: ``register_op_attr`` level of ours: above TVM's own (10).
 STRATEGY_LEVEL = 11
@@ -51,6 +49,11 @@ def legalize_as_strategy(mod):
 #: of TVM's frontend on an H200: 0.62 ms by dlight, 0.55 on our fallback kernels in f32; 0.42
 #: and 0.15 in f16; ``python -m tvm_ext.bench.model --target cuda``, docs/BENCHMARKS.md).
 VIEW_TARGETS = ("llvm", "cuda")
+
+
+def _ndim(expr) -> int:
+    """The number of axes of a tensor expression (-1 where unknown)."""
+    return int(getattr(_tensor_type(expr), "ndim", -1))
 
 
 def views_for(target, views=None) -> bool:
@@ -134,8 +137,8 @@ def matmuls_as_templates(mod):
         def matmul(self, call):
             a, (w, layout_b) = call.args[0], self.weight(call.args[1])
             sa, sw = _static_shape(a), _static_shape(w)
-            if (sa is None or sw is None) and layout_b == "T":
-                return self.symbolic(call, a, w)
+            if sa is None or sw is None:
+                return self.symbolic(call, a, w, layout_b)
             wl = workload_of_call(call, weight=w, layout_b=layout_b)
             if wl is None or (layout_b == "N" and len(sa) == len(sw) == len(wl.a_shape)):
                 return call  # as written: LegalizeOps takes it (or TVM's own, no template)
@@ -151,27 +154,37 @@ def matmuls_as_templates(mod):
                 return out
             return self.viewed(self.builder_.emit(out), shape)
 
-        def symbolic(self, call, a, w):
-            """``a @ permute_dims(w)`` of sizes that hold vars (a sequence length: decoding's
-            q . k^T over the cached keys) as our matmul on w, layout NT, where both are 2-D
-            or of the same batch: a shape family's kernel then reads w's rows as they are
-            (the gemv templates'), no transpose at every call."""
+        def symbolic(self, call, a, w, layout_b):
+            """A matmul of sizes that hold vars (a sequence length) on operands of the same
+            leading axes (a batch): ``a @ permute_dims(w)`` (decoding's q . k^T over the cached
+            keys) as our matmul on w, layout NT (a shape family's kernel reads w's rows as
+            they are, no transpose at every call); more than one leading axis ([B, H, S, D]:
+            q . k^T and p . v) viewed as one batch, the result viewed back. Else (2-D: a
+            weight, whose transpose TVM folds when it is a constant) as written."""
             ta, tw = _tensor_type(a), _tensor_type(w)
-            same = _ndim(a) == _ndim(w) == 2 or _ndim(a) == _ndim(w) == 3 and \
-                tvm.sym.Analyzer().can_prove_equal(ta.shape.values[0], tw.shape.values[0])
-            out_dtype = str(getattr(call.attrs, "out_dtype", "") or "")
-            if not same or str(ta.dtype) != str(tw.dtype):
+            nd = _ndim(a)
+            if nd < 3 or nd != _ndim(w) or (layout_b == "N" and nd == 3) or \
+                    str(ta.dtype) != str(tw.dtype) or not all(
+                        tvm.sym.Analyzer().can_prove_equal(x, y)
+                        for x, y in zip(ta.shape.values[:-2], tw.shape.values[:-2])):
                 return call
-            dtype = str(ta.dtype)
+            dtype, out_dtype = str(ta.dtype), str(getattr(call.attrs, "out_dtype", "") or "")
             out_dtype = dtype if out_dtype in ("", "void") else out_dtype
             try:  # the op, dtypes and layout (the compute takes its sizes from a and w)
-                wl = Workload("batch_matmul" if _ndim(a) == 3 else "dense", 1, 1, 1, 1, dtype,
-                              out_dtype, "NT")
+                wl = Workload("batch_matmul", 1, 1, 1, 1, dtype, out_dtype, "N" + layout_b)
             except TvmExtError:
                 return call
             changed.append(wl)
-            return self.builder_.call_te(lambda x, y: matmul_compute(wl, x, y)[-1], a, w,
-                                         primfunc_name_hint="tvm_ext_matmul")
+            lead, (m, k) = ta.shape.values[:-2], ta.shape.values[-2:]
+            n = tw.shape.values[-2 if layout_b == "T" else -1]
+            if nd > 3:  # the leading axes as one batch (views)
+                bsz = functools.reduce(lambda x, y: x * y, lead)
+                a = self.builder_.emit(_relax.op.reshape(a, [bsz, m, k]))
+                w = self.builder_.emit(_relax.op.reshape(
+                    w, [bsz, n, k] if layout_b == "T" else [bsz, k, n]))
+            out = self.builder_.call_te(lambda x, y: matmul_compute(wl, x, y)[-1], a, w,
+                                        primfunc_name_hint="tvm_ext_matmul")
+            return _relax.op.reshape(self.builder_.emit(out), [*lead, m, n]) if nd > 3 else out
 
         def sunk(self, call):
             """An elementwise op on a viewed-back result computed on the flat result, then
