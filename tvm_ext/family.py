@@ -403,7 +403,7 @@ def exact_templates(family: Family, target) -> List[Tuple[int, str]]:
         return []
     out = []
     for m in range(1, EXACT_M + 1):
-        shape = (family.fixed("B"), m, family.fixed("N"), family.fixed("K"))
+        shape = exact_shape(family, m)
         if family.contains(shape):
             t = templates_for(family.workload(shape), parse_target(target))[0]
             if not t.symbolic or t.family_check is not None and t.family_check(family):
@@ -907,12 +907,14 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
     rep_tasks = {shape: task_at(shape) for shape in reps}
     exact_tasks = [Task(family.workload(exact_shape(family, m)), target, template=name)
                    for m, name in exact]
+    labelled = [(task, "") for task in rep_tasks.values()] + \
+        [(task, f" ({task.name})") for task in exact_tasks]
     try:
-        for i, task in enumerate(list(rep_tasks.values()) + exact_tasks):
+        for i, (task, label) in enumerate(labelled):
             s = tune_task(task, log, trials=trials, tuner=tuner, seed=seed + i, resume=True,
                           transfer=[log], measurer=measurer)
-            say(f"  {task.workload}{'' if task in rep_tasks.values() else f' ({task.name})'}: "
-                f"best {s.best_cost * 1e3:.3f} ms ({s.best_gflops:.1f} GFLOP/s)")
+            say(f"  {task.workload}{label}: best {s.best_cost * 1e3:.3f} ms "
+                f"({s.best_gflops:.1f} GFLOP/s)")
     finally:
         if hasattr(measurer, "close"):
             measurer.close()
