@@ -177,10 +177,9 @@ def test_a_family_over_m_serves_few_rows_with_a_kernel_of_their_own_shape(layout
 ])
 def test_few_rows_against_a_varying_length_run_the_gemv_kernels(op, text, layout, outside,
                                                                template):
-    """A CPU family of one or two rows against a weight or cache of varying length (the
-    gemv templates' kernels take symbolic N and batch, or K and batch for a weight stored
-    [K, N]): every bucket kernel and the generic one are the gemv, numpy's answer at every
-    shape of the family and at shapes outside it (odd lengths through the generic kernel)."""
+    """One or two rows against a weight or cache of varying length: the gemv templates'
+    kernels of symbolic N and batch (K and batch for [K, N]) are every bucket kernel and the
+    generic one, right inside the family and outside it (odd lengths: the generic kernel)."""
     fam = Family.parse(text, op, layout=layout)
     assert F.family_template(fam, CPU).name == template
     assert F.family_template(fam, CPU, any_size=True).name == template
@@ -314,11 +313,10 @@ def test_heavy_buckets_get_proposals_at_their_largest_member():
 
 
 def test_tuning_a_family_over_m_tunes_the_few_rows_as_their_own_shape(tmp_path):
-    """A CPU family of M = 1..6 against one weight stored [N, K]: M = 1 to 4 run kernels of
-    their own shape (``exact_templates``), so tuning measures those shapes on their own
-    template and no bucket of them; the library keeps each one's best record of the log,
-    reads it back, builds it (numpy's answer at every M), and a config this target's space
-    refuses is set aside with the reason, its fallback running instead."""
+    """M = 1..6 against a weight stored [N, K]: M = 1 to 4 run kernels of their own shape,
+    tuned as that shape (no bucket of them is); the library keeps each one's best record,
+    reads it back, is right at every M; a config the space refuses is set aside, with the
+    reason, for its fallback."""
     from tvm_ext.measure import MeasureOptions, RunOptions
     fam = Family.parse("1..6x96x128", "dense", layout="NT")
     log = tmp_path / "own.json"
