@@ -165,10 +165,9 @@ def test_f16_outputs_accumulate_in_f32_cast_in_the_write_back(template, op, shap
     cfg = task.fallback_config()
     script = task.instantiate(cfg).script()
     assert 'T.Cast("float16", C_' in script  # the write-back casts a local f32 sum
-    local = [b for b in _allocated(next(iter(lowered_kernels(task, cfg).values())))
-             if b.scope() == "local" and b.name.startswith("C")]
-    assert local and all(str(b.dtype) == "float32" for b in local)
     (func,) = lowered_kernels(task, cfg).values()
+    local = [b for b in _allocated(func) if b.scope() == "local" and b.name.startswith("C")]
+    assert local and all(str(b.dtype) == "float32" for b in local)
     assert "global" not in [b.scope() for b in _allocated(func)]
     task.build(cfg)  # through nvcc
     f32_out = Task(wl.with_(out_dtype="float32"), cuda_target("sm_90"), template=template)
