@@ -1223,34 +1223,31 @@ def _gemv_fallback(space, wl, facts):
             return values
 
 
-def _gemv_family_check(family):
-    """A family's kernels of symbolic extents: N and the batch may vary (decoding's q . K^T
-    over the cached keys, a weight of any rows), each task's rows padded to whole tasks; one
-    M (its rows are unrolled) and one K (its vector steps and their tail are static)."""
-    fixed = [a for a in ("M", "K") if a in family.varying]
-    return f"its kernels take one size of {' and '.join(fixed)}" if fixed else None
+def _one_size_of(*axes):
+    """A gemv template's ``family_check``: its kernels of symbolic extents take one size of
+    each of ``axes`` (rows unrolled, vector steps and tails static); the others may vary."""
+    def check(family):
+        fixed = [a for a in axes if a in family.varying]
+        return f"its kernels take one size of {' and '.join(fixed)}" if fixed else None
+    return check
 
 
-#: dense_gemv.x86 / batch_matmul_gemv.x86 as a shape family's kernels: symbolic N and batch.
-_GEMV_FAMILY = dict(symbolic=True, family_check=_gemv_family_check, family_any_size=True,
-                    family_compute=_gemv_compute)
+#: dense_gemv.x86 and batch_matmul_gemv.x86; as a shape family's kernels: symbolic N and batch
+#: (decoding's q . K^T over the cached keys, a weight of any rows), rows padded to whole tasks.
+_GEMV = dict(target_kind="llvm", compute=_gemv_compute, schedule=_gemv_schedule,
+             fallback=_gemv_fallback, check=_gemv_check, dtypes=("float32", "float64"),
+             priority=_gemv_priority, symbolic=True, family_check=_one_size_of("M", "K"),
+             family_any_size=True, family_compute=_gemv_compute)
 
-DENSE_GEMV_X86 = ScheduleTemplate(
-    name="dense_gemv.x86", op="dense", target_kind="llvm",
-    compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
-    check=_gemv_check, dtypes=("float32", "float64"),
-    priority=_gemv_priority, **_GEMV_FAMILY)
+DENSE_GEMV_X86 = ScheduleTemplate(name="dense_gemv.x86", op="dense", **_GEMV)
 
 
 # ---- batch_matmul_gemv.x86: dense_gemv.x86 on each batch (M <= 4, B stored [batch, N, K]),
 # the batches' tasks side by side in one parallel loop. batch_matmul.x86 packed each batch's
 # B and took register tiles of M x 1 for N = 1: 16 dot products of 4096 (batch_matmul
 # 16x1x1x4096 NT) ran 0.10x numpy (``bench.shapes``, 2-core Zen 5).
-BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(
-    name="batch_matmul_gemv.x86", op="batch_matmul", target_kind="llvm",
-    compute=_gemv_compute, schedule=_gemv_schedule, fallback=_gemv_fallback,
-    check=_gemv_check, dtypes=("float32", "float64"),
-    priority=_gemv_priority, **_GEMV_FAMILY)
+BATCH_MATMUL_GEMV_X86 = ScheduleTemplate(name="batch_matmul_gemv.x86", op="batch_matmul",
+                                         **_GEMV)
 
 
 # ---- dense_gemv_t.x86: few columns (N <= 4) against many rows of A, B stored [N, K] (NT): the
@@ -1390,13 +1387,6 @@ def _gemv_nn_compute(wl, cfg, A=None, B=None):
     return [A, B, C]
 
 
-def _gemv_nn_family_check(family):
-    """A family's kernels of symbolic extents: K and the batch may vary (decoding's P . V
-    over the cached values; K's last rows under a guard); one M and one N (its tiles)."""
-    fixed = [a for a in ("M", "N") if a in family.varying]
-    return f"its kernels take one size of {' and '.join(fixed)}" if fixed else None
-
-
 def _gemv_nn_schedule(sch, cfg, wl, facts):
     """The matmul block C[m, n] = sum_k A[m, k] * W[k, n] (``matmul_compute``)."""
     lanes = facts["vector_lanes"]
@@ -1466,21 +1456,20 @@ def _gemv_nn_fallback(space, wl, facts):
     return best[1] if best else {"columns": lanes, "tiles": 1, "tile_k": [-1, ku]}
 
 
-DENSE_GEMV_NN_X86 = ScheduleTemplate(
-    name="dense_gemv_nn.x86", op="dense", target_kind="llvm",
-    compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
-    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1,
-    symbolic=True, family_check=_gemv_nn_family_check, family_any_size=True,
-    family_compute=_gemv_nn_compute)
+#: dense_gemv_nn.x86 and batch_matmul_gemv_nn.x86; as a shape family's kernels: symbolic K and
+#: batch (decoding's P . V over the cached values; K's last rows under a guard).
+_GEMV_NN = dict(target_kind="llvm", compute=_gemv_nn_compute, schedule=_gemv_nn_schedule,
+                fallback=_gemv_nn_fallback, check=_gemv_nn_check, dtypes=("float32", "float64"),
+                layouts=("NN", "TN"), priority=1, symbolic=True,
+                family_check=_one_size_of("M", "N"), family_any_size=True,
+                family_compute=_gemv_nn_compute)
+
+DENSE_GEMV_NN_X86 = ScheduleTemplate(name="dense_gemv_nn.x86", op="dense", **_GEMV_NN)
 
 
 # batch_matmul_gemv_nn.x86: dense_gemv_nn.x86 on each batch (M <= 8, B stored [batch, K, N]:
 # attention's probabilities times V at decoding), the batches' tasks side by side.
 # batch_matmul.x86 packed each batch's B: 32x1x128x4096 (32 heads over 4096 tokens) ran 0.69x
 # numpy (``bench.shapes``, 2-core Zen 5).
-BATCH_MATMUL_GEMV_NN_X86 = ScheduleTemplate(
-    name="batch_matmul_gemv_nn.x86", op="batch_matmul", target_kind="llvm",
-    compute=_gemv_nn_compute, schedule=_gemv_nn_schedule, fallback=_gemv_nn_fallback,
-    check=_gemv_nn_check, dtypes=("float32", "float64"), layouts=("NN", "TN"), priority=1,
-    symbolic=True, family_check=_gemv_nn_family_check, family_any_size=True,
-    family_compute=_gemv_nn_compute)
+BATCH_MATMUL_GEMV_NN_X86 = ScheduleTemplate(name="batch_matmul_gemv_nn.x86",
+                                            op="batch_matmul", **_GEMV_NN)
