@@ -92,7 +92,7 @@ def test_numerics_of_shapes_without_convenient_factors_on_gpu(template, op, shap
 ])
 def test_f16_outputs_accumulate_in_f32(template, op, shape, layout):
     """f16 -> f16 over a long K: the products summed in f32 and cast at the write-back
-    (``simt_acc_dtype``), within the f16 tolerance of float64 numpy (summed in f16, such
+    (``f32_acc_dtype``), within the f16 tolerance of float64 numpy (summed in f16, such
     kernels failed it from K = 128)."""
     import tvm
     wl = Workload.create(op, shape, "float16", "float16", layout=layout)

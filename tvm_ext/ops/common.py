@@ -126,6 +126,15 @@ def matmul_compute(wl, A=None, B=None, acc=None):
 
 
 
+def f32_acc_dtype(wl):
+    """The accumulator of a GPU template: f16 / bf16 products summed in f32 also for an f16 /
+    bf16 output (cast once, at the write-back), as cuBLAS does: summed in f16 they lose about
+    log2(K) bits (the decoding families' f16 -> f16 kernels on the CUDA cores failed the
+    numerics check from K = 128: `bench.family --target cuda --dtype float16 --out-dtype
+    float16`, H200, max abs error 1.2 at K = 3072)."""
+    return "float32" if wl.dtype in ("float16", "bfloat16") else wl.out_dtype
+
+
 def plain_compute(wl, cfg):
     """A template's compute that does not depend on the config: the plain matmul."""
     return matmul_compute(wl)

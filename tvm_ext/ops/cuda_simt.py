@@ -47,21 +47,14 @@ from dataclasses import dataclass, replace
 
 from ..template import ScheduleTemplate
 from .common import CAST_BLOCK, CROP_BLOCK, MATMUL_BLOCK, has_block, largest_factor, padded
-from .common import inline_consumer, inline_producer, matmul_compute, pad_to_tiles
-
-
-def simt_acc_dtype(wl):
-    """f16 products accumulated in f32 also for an f16 output, cast once at the write-back, as
-    cuBLAS and the mma templates do: accumulated in f16, the decoding families' f16 -> f16
-    kernels failed the numerics check from K = 128 (`bench.family --target cuda --dtype
-    float16 --out-dtype float16`, H200: max abs error 1.2 at K = 3072)."""
-    return "float32" if wl.dtype == "float16" else wl.out_dtype
+from .common import f32_acc_dtype, inline_consumer, inline_producer, matmul_compute
+from .common import pad_to_tiles
 
 
 def simt_compute(wl, cfg):
-    """The plain matmul, accumulated in ``simt_acc_dtype`` (block "C_cast" where it differs
+    """The plain matmul, accumulated in ``f32_acc_dtype`` (block "C_cast" where it differs
     from the output's dtype, computed in the write-back)."""
-    return matmul_compute(wl, acc=simt_acc_dtype(wl))
+    return matmul_compute(wl, acc=f32_acc_dtype(wl))
 
 
 @dataclass(frozen=True)
@@ -491,20 +484,20 @@ def _any_valid(space, wl):
 
 BATCH_MATMUL_CUDA = ScheduleTemplate(
     name="batch_matmul.cuda", op="batch_matmul", target_kind="cuda",
-    compute=simt_compute, acc_dtype=simt_acc_dtype, schedule=schedule_from_config,
+    compute=simt_compute, acc_dtype=f32_acc_dtype, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 # The same GEMM without the batch.
 DENSE_LARGE_BATCH_CUDA = ScheduleTemplate(
     name="dense_large_batch.cuda", op="dense", target_kind="cuda",
-    compute=simt_compute, acc_dtype=simt_acc_dtype, schedule=schedule_from_config,
+    compute=simt_compute, acc_dtype=f32_acc_dtype, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 DENSE_SMALL_BATCH_CUDA = ScheduleTemplate(
     name="dense_small_batch.cuda", op="dense", target_kind="cuda",
-    compute=simt_compute, acc_dtype=simt_acc_dtype, schedule=schedule_small_batch,
+    compute=simt_compute, acc_dtype=f32_acc_dtype, schedule=schedule_small_batch,
     fallback=lambda space, wl, facts: fallback_small_batch(wl, facts, space),
     check=lambda wl, facts: None if wl.M <= 64 else f"M={wl.M} > 64 (use dense_large_batch)",
     dtypes=("float32", "float16"), priority=1)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from ...template import ScheduleTemplate
 from ..common import (CAST_BLOCK, MATMUL_BLOCK, SLICE_SUM_BLOCK, SPLIT_SUM_BLOCK, element_at,
-                      matmul_compute)
+                      f32_acc_dtype, matmul_compute)
 from . import intrin
 from .fallback import check_tc, fallback_tc
 from .tiling import (FRAG, WarpTiling, copy_vec, fragments, has_block, has_epilogue,
@@ -76,20 +76,14 @@ def _ldmatrix_map(I, rows, cols):
     return index_map
 
 
-def mma_acc_dtype(wl):
-    """The mma template accumulates f16 products in f32 also for an f16 output (cast once, at
-    the write-back), as cuBLAS does: f16 accumulation loses about log2(K) bits over long K."""
-    return "float32" if wl.dtype in ("float16", "bfloat16") else wl.out_dtype
-
-
 def mma_compute(wl, split_k=1, slice_k=1, step_k=None):
-    """The plain matmul, accumulated in ``mma_acc_dtype`` and cast to out_dtype if that
+    """The plain matmul, accumulated in ``f32_acc_dtype`` and cast to out_dtype if that
     differs (the cast block "C_cast" is inlined into the write-back). With ``split_k`` > 1
     (dense only) the K range is cut in ``split_k`` slices: block "C" computes the partial
     products P[s, M, N] of each slice (accumulator dtype, a global buffer; the slice is one more
     grid dimension), and block "C_sum" adds the slices and casts, a second small kernel.
     With ``slice_k`` > 1, ``sliced_compute`` (K steps of ``step_k``)."""
-    acc = mma_acc_dtype(wl)
+    acc = f32_acc_dtype(wl)
     if split_k > 1:
         return _split_k_compute(wl, split_k, acc)
     if slice_k > 1:
@@ -344,7 +338,7 @@ def _template(op):
         fallback=lambda space, wl, facts: fallback_tc(space, wl, facts, mma=True),
         check=check_tc, dtypes=("float16", "bfloat16", "int8"),
         priority=3, prepare=intrin.load_cuda, pass_config=_PASS_CONFIG, symbolic=True,
-        granular=True, acc_dtype=mma_acc_dtype)
+        granular=True, acc_dtype=f32_acc_dtype)
 
 
 DENSE_MMA = _template("dense")
