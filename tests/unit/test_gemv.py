@@ -4,6 +4,7 @@ strategy picks. (Speed: ``python -m tvm_ext.bench --suite cpu``.)"""
 import numpy as np
 import pytest
 
+from tvm_ext.measure.check import random_inputs, reference_matmul
 from tvm_ext.strategy import BUILTIN, templates_for
 from tvm_ext.target import host_cpu_target
 from tvm_ext.task import Task
@@ -19,10 +20,8 @@ def _check(task, cfg, rng):
     b = rng.standard_normal(wl.b_shape).astype("float32")
     out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
     task.build(cfg).mod["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
-    at = np.swapaxes(a, -1, -2) if wl.transpose_a else a
-    bt = np.swapaxes(b, -1, -2) if wl.transpose_b else b
-    want = at.astype(np.float64) @ bt.astype(np.float64)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * max(1, wl.K) ** 0.5)
+    np.testing.assert_allclose(out.numpy(), reference_matmul(wl, a, b), rtol=1e-4,
+                               atol=1e-4 * max(1, wl.K) ** 0.5)
 
 
 def _check_space(task, seed: int, picks: int = 3):
@@ -401,13 +400,10 @@ def test_gemv_schedules_take_the_plain_int64_matmul(op, shape, layout, template)
     sch = s_tir.Schedule(plain_module(wl))
     task.template.schedule(sch, task.fallback_config(), wl, task.facts)
     func = tvm.compile(sch.mod, target=CPU)["main"]
-    rng = np.random.default_rng(17)
-    a = rng.standard_normal(wl.a_shape).astype("float32")
-    b = rng.standard_normal(wl.b_shape).astype("float32")
+    a, b = random_inputs(wl, np.random.default_rng(17))
     out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
     func(tvm.runtime.tensor(a), tvm.runtime.tensor(b), out)
-    bt = np.swapaxes(b, -1, -2) if wl.transpose_b else b
-    np.testing.assert_allclose(out.numpy(), a @ bt, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(out.numpy(), reference_matmul(wl, a, b), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.parametrize("op,shape,layout,template", [
