@@ -184,8 +184,9 @@ def _dense_large_batch(k, wl):
             "auto_unroll_max_step": 0, "unroll_explicit": 1}
 
 
-def _dense_small_batch(k, wl):
-    return {"tile_k": [-1, k["tile_k"][1], 1], "tile_x": [-1, 1], "tile_y": [-1, 1]}
+def _dense_small_batch(k, wl):  # (TOPI's threads along K on threadIdx.x: coalesce_n 0)
+    return {"tile_k": [-1, k["tile_k"][1], 1], "tile_x": [-1, 1], "tile_y": [-1, 1],
+            "coalesce_n": 0}
 
 
 def _dense_pack_rows(k, wl):

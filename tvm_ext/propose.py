@@ -20,7 +20,7 @@ and registers, cores, SMs) and the numbers of the part that ``target.device_fact
   and shared memory, waves, DRAM traffic as the launch order re-reads A and B (L2), the
   write-back's sectors, split-K's second kernel. Its constants are physical (clocks, bytes a
   clock) and its fit was checked on configs it was not fitted to (docs/BENCHMARKS.md).
-- **GEMV-like** (``dense_small_batch.cuda``): bytes over the DRAM bandwidth, with the vector
+- **GEMV-like** (``*_small_batch.cuda``): bytes over the DRAM bandwidth, with the vector
   width and the threads per output as efficiency.
 
 A model's absolute time is rough; the order is what counts, and it is measured: the tuners
@@ -699,14 +699,19 @@ def _mma_direct(v, f) -> float:
 
 
 def _small_batch(v, f) -> float:
-    M, N, K, nb = f["M"], f["N"], f["K"], f["dtype_bytes"]
+    M, N, K, B, nb = f["M"], f["N"], f["K"], f.get("B", 1), f["dtype_bytes"]
     _, tx, vec = v["tile_k"]
     ty, yi = v["tile_x"][-1], v["tile_y"][-1]
     bw = _cuda_part(f)[3] * 1e12
-    blocks = -(-M // yi) * -(-N // ty)
-    eff = min(1.0, vec * nb / 16) * min(1.0, tx / 32) * min(1.0, blocks / (2 * f["num_sms"]))
+    blocks = B * -(-M // yi) * -(-N // ty)
+    if f.get("layout", "NT")[1] == "T":  # B's rows K-contiguous: vec-wide loads along K
+        width = min(1.0, vec * nb / 16) * min(1.0, tx / 32)
+    else:  # B stored [K, N]: a warp's columns side by side (coalesce_n), else one a sector
+        width = min(1.0, ty * nb / 32) if v.get("coalesce_n") else nb / 32
+    # blocks of few threads launch slower than they run (decoding's q . K^T, 64 threads: 5.5x)
+    eff = width * min(1.0, tx * ty / 256) * min(1.0, blocks / (2 * f["num_sms"]))
     # A block reads its yi rows of A and ty columns of B: A is read N / ty times over.
-    traffic = (M * K * -(-N // ty) + K * N * -(-M // yi)) * nb
+    traffic = B * (M * K * -(-N // ty) + K * N * -(-M // yi)) * nb
     return traffic / (bw * max(eff, 1e-3))
 
 
@@ -720,7 +725,7 @@ def model_for(template: str) -> Optional[Callable]:
         return _x86_gemv_nn
     if template in ("batch_matmul.cuda", "dense_large_batch.cuda"):
         return _cuda_simt
-    if template == "dense_small_batch.cuda":
+    if template in ("dense_small_batch.cuda", "batch_matmul_small_batch.cuda"):
         return _small_batch
     if template.endswith("_wgmma.cuda"):
         return _wgmma

@@ -12,7 +12,8 @@ from tvm_ext.workload import Workload
 
 CASES = [("batch_matmul.cuda", "batch_matmul", (2, 64, 128, 32)),
          ("dense_large_batch.cuda", "dense", (64, 96, 64)),
-         ("dense_small_batch.cuda", "dense", (4, 96, 64))]
+         ("dense_small_batch.cuda", "dense", (4, 96, 64)),
+         ("batch_matmul_small_batch.cuda", "batch_matmul", (3, 4, 96, 64))]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -86,6 +87,16 @@ def test_strategy_picks_small_batch_for_few_rows():
     assert names == ["dense_small_batch.cuda", "dense_large_batch.cuda"]
     names = [t.name for t in templates_for(Workload.create("dense", (256, 256, 256)), target)]
     assert names == ["dense_sgemm.cuda", "dense_large_batch.cuda"]  # f32, tiles of 64
+    # decoding's q . K^T and P . V; a B stored [K, N] takes its columns on threadIdx.x
+    for shape, layout, coalesce in (((32, 1, 300, 128), "NT", 0), ((32, 1, 128, 300), "NN", 1)):
+        wl = Workload.create("batch_matmul", shape, "float16", layout=layout)
+        assert templates_for(wl, target)[0].name == "batch_matmul_small_batch.cuda"
+        task = Task(wl, target, template="batch_matmul_small_batch.cuda")
+        assert task.fallback_config()["coalesce_n"].val == coalesce
+        src = cuda_source(task, task.fallback_config())
+        assert ("__shfl_down_sync" in src) == (not coalesce)  # else a tree in shared memory
+    wl = Workload.create("batch_matmul", (4, 9, 64, 64), layout="NT")
+    assert templates_for(wl, target)[0].name != "batch_matmul_small_batch.cuda"
 
 
 def test_space_prunes_over_the_limits():
@@ -118,7 +129,8 @@ def test_every_shape_has_valid_configs_within_twice_the_flops(op, shape):
         wl = Workload.create(op, shape, dtype, layout="NT")
         for template in templates_for(wl, cuda_target("sm_90")):
             if template.name.split(".")[0] not in ("batch_matmul", "dense_large_batch",
-                                                   "dense_small_batch"):
+                                                   "dense_small_batch",
+                                                   "batch_matmul_small_batch"):
                 continue
             task = Task(wl, cuda_target("sm_90"), template=template.name)
             picks = task.space.random_valid(np.random.default_rng(0), 6, max_draws=10000)
@@ -132,7 +144,8 @@ def test_every_shape_has_valid_configs_within_twice_the_flops(op, shape):
 @pytest.mark.parametrize("template,op,shape,aligned", [
     ("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 33), (3, 64, 64, 32)),
     ("dense_large_batch.cuda", "dense", (127, 131, 137), (128, 128, 128)),
-    ("dense_small_batch.cuda", "dense", (7, 131, 1000), (8, 128, 1024))])
+    ("dense_small_batch.cuda", "dense", (7, 131, 1000), (8, 128, 1024)),
+    ("batch_matmul_small_batch.cuda", "batch_matmul", (5, 3, 131, 1000), (5, 4, 128, 1024))])
 def test_padding_is_inside_the_kernel(template, op, shape, aligned):
     """A padded config is one kernel that reads A and B and writes C itself: the zeros are
     computed in its loads and the crop in its write-back (no padded copy in global memory); a
@@ -155,7 +168,8 @@ def test_padding_is_inside_the_kernel(template, op, shape, aligned):
 @pytest.mark.parametrize("template,op,shape", [
     ("batch_matmul.cuda", "batch_matmul", (8, 1, 250, 3000)),
     ("dense_large_batch.cuda", "dense", (127, 131, 137)),
-    ("dense_small_batch.cuda", "dense", (3, 100, 3001))])
+    ("dense_small_batch.cuda", "dense", (3, 100, 3001)),
+    ("batch_matmul_small_batch.cuda", "batch_matmul", (4, 1, 300, 3001))])
 def test_f16_outputs_accumulate_in_f32_cast_in_the_write_back(template, op, shape):
     """f16 -> f16: the accumulators are f32 registers, cast to f16 where C is written (padded
     or not), no f32 copy of C in global memory; f16 -> f32 kernels take no cast."""

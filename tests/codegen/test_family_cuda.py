@@ -38,6 +38,7 @@ def test_seed_family_library_compiles_with_nvcc():
     ("batch_matmul", "?x?x512x64", "float32", "NT"),      # the seed family's generic kernel
     ("batch_matmul", "?x?x?x128", "float16", "NN"),      # attention-like (seq x seq), f16
     ("dense", "?x1000x133", "float32", "TN"),
+    ("batch_matmul", "?x1x?x128", "float16", "NT"),       # decoding's q . K^T: small-batch
 ])
 def test_generic_kernel_compiles_with_nvcc(op, text, dtype, layout):
     fam = Family.parse(text, op, dtype, layout=layout)

@@ -33,6 +33,8 @@ CASES = [
     ("dense_small_batch.cuda", "dense", (16, 4096, 4096), "float16", "NT"),
     ("dense_small_batch.cuda", "dense", (7, 131, 1000), "float32", "NN"),
     ("dense_small_batch.cuda", "dense", (3, 1000, 133), "float16", "TT"),
+    ("batch_matmul_small_batch.cuda", "batch_matmul", (32, 1, 4096, 128), "float16", "NT"),
+    ("batch_matmul_small_batch.cuda", "batch_matmul", (8, 2, 128, 1000), "float32", "NN"),
 ]
 PER_CASE = 8  # sampled configs per case (plus its fallback): 24+ per template
 

@@ -12,7 +12,8 @@ from tvm_ext.measure.check import random_inputs, reference_matmul, tolerance
 
 CASES = [("batch_matmul.cuda", "batch_matmul", (2, 64, 128, 32)),
          ("dense_large_batch.cuda", "dense", (64, 96, 64)),
-         ("dense_small_batch.cuda", "dense", (4, 96, 64))]
+         ("dense_small_batch.cuda", "dense", (4, 96, 64)),
+         ("batch_matmul_small_batch.cuda", "batch_matmul", (3, 4, 96, 64))]
 
 
 def _check_kernels(task, configs, a, b):
@@ -63,7 +64,8 @@ def test_numerics_on_gpu(template, op, shape, interleave, dtype, layout):
 ODD = [("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 33)),
        ("dense_large_batch.cuda", "dense", (127, 131, 137)),
        ("dense_large_batch.cuda", "dense", (100, 72, 30)),
-       ("dense_small_batch.cuda", "dense", (3, 100, 133))]
+       ("dense_small_batch.cuda", "dense", (3, 100, 133)),
+       ("batch_matmul_small_batch.cuda", "batch_matmul", (5, 3, 100, 133))]
 
 
 @pytest.mark.gpu
@@ -89,6 +91,7 @@ def test_numerics_of_shapes_without_convenient_factors_on_gpu(template, op, shap
     ("dense_large_batch.cuda", "dense", (64, 96, 3072), "NN"),
     ("dense_small_batch.cuda", "dense", (1, 4096, 4096), "NT"),
     ("dense_small_batch.cuda", "dense", (3, 100, 3001), "NN"),         # cropped, then cast
+    ("batch_matmul_small_batch.cuda", "batch_matmul", (8, 1, 300, 4096), "NT"),
 ])
 def test_f16_outputs_accumulate_in_f32(template, op, shape, layout):
     """f16 -> f16 over a long K: the products summed in f32 and cast at the write-back

@@ -40,6 +40,8 @@ def _check_shapes(run, fam, shapes):
     # attention's scores, f16 out: kernels of granule 64 (mma.sync; wgmma on sm_90), f32
     # accumulation, cast
     ("1,3,32x64..4096:960x=mx128", "float16", "float16", "NT"),
+    # decoding's q . K^T, 1 to 3 rows: batch_matmul_small_batch.cuda's kernels
+    ("2,5x1..3x100..700:150x72", "float16", "float16", "NT"),
 ])
 def test_family_library_every_shape(text, dtype, out, layout, tmp_path):
     import tvm

@@ -155,7 +155,8 @@ def test_hand_checked_translations():
                                "offset": 0, "double_buffer": 1, "kmajor": 0, "interleave_y": 2,
                                "interleave_x": 2}
     # dense_small_batch 0.7.dev1, 1x1000x2048, tile_k [-1, 64]: 64 threads along K, one output.
-    assert values(cuda[6]) == {"tile_k": [-1, 64, 1], "tile_x": [-1, 1], "tile_y": [-1, 1]}
+    assert values(cuda[6]) == {"tile_k": [-1, 64, 1], "tile_x": [-1, 1], "tile_y": [-1, 1],
+                              "coalesce_n": 0}
     # dense_pack 0.7.0: no tile_inner (all 8 rows per k step); 0.12.0 tile_inner [-1, 1]: all
     # 4 rows too; 0.9.0 tile_inner [-1, 16] over yi = 4: the 4 rows. TOPI wrote C by ordinary
     # stores: nt_store 0.

@@ -47,6 +47,7 @@ GPU_SUITE = {
     "blk_up_f16": _f16("dense", (512, 3072, 768)),
     "blk_down_f16": _f16("dense", (512, 768, 3072)),
     "gemv_f16": Workload.create("dense", (1, 4096, 4096), "float16", layout="NT"),
+    "gemv_f16_nn": Workload.create("dense", (1, 4096, 4096), "float16", layout="NN"),
     "dense16_f16": Workload.create("dense", (16, 4096, 4096), "float16", layout="NT"),
     # The tensor-core suite: small RFC shapes (M x N x K), square GEMMs, attention scores.
     # f16 workloads return f16, as torch.matmul does (tvm_ext's mma kernels accumulate in f32).
@@ -60,6 +61,10 @@ GPU_SUITE = {
     "mm8192_f16_nt": _f16("dense", (8192, 8192, 8192)),
     "mm8192_f16_nn": _f16("dense", (8192, 8192, 8192), layout="NN"),
     "attn_f16": _f16("batch_matmul", (256, 1024, 1024, 128)),
+    # decoding's attention: one row of 32 heads (dim 128) against a cache of 4096, q . K^T on
+    # K's rows (NT) and P . V (NN)
+    "dec_qk_f16": _f16("batch_matmul", (32, 1, 4096, 128)),
+    "dec_pv_f16": _f16("batch_matmul", (32, 1, 128, 4096), layout="NN"),
     # bf16 twins of four f16 rows (bf16 -> bf16 as torch.matmul; f32 accumulation). Without a
     # bf16 record of their own they also run the f16 twin's tuned config ("f16 record"), so
     # bf16 and f16 compare kernel for kernel.

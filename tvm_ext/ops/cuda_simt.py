@@ -364,37 +364,42 @@ class SmallBatchConfig:
     vec: int  # contiguous K elements per thread and step (one vector load)
     ty: int  # output columns per block (threadIdx.y)
     yi: int  # output rows per thread
+    # 1: the columns on threadIdx.x and the K split on threadIdx.y (a B stored [K, N]: a
+    # warp reads a row of B's columns at once)
+    coalesce_n: int = 0
 
     @staticmethod
     def from_knobs(cfg) -> "SmallBatchConfig":
         _, tx, vec = cfg["tile_k"].size
-        return SmallBatchConfig(tx, vec, cfg["tile_x"].size[-1], cfg["tile_y"].size[-1])
+        return SmallBatchConfig(tx, vec, cfg["tile_x"].size[-1], cfg["tile_y"].size[-1],
+                                cfg.value("coalesce_n", 0))
 
     def knobs(self):
         return {"tile_k": [-1, self.tx, self.vec], "tile_x": [-1, self.ty],
-                "tile_y": [-1, self.yi]}
+                "tile_y": [-1, self.yi], "coalesce_n": self.coalesce_n}
 
 
 def schedule_small_batch(sch, cfg, wl, facts):
     config = SmallBatchConfig.from_knobs(cfg)
     tx_n, vec, ty_n, yi_n = config.tx, config.vec, config.ty, config.yi
     c = sch.get_sblock(MATMUL_BLOCK)
-    loops = sch.get_loops(c)
-    if len(loops) == 4:  # a batched workload: fold the batch into blockIdx.z
-        raise ValueError("dense_small_batch.cuda is for dense (no batch)")
     pad = pad_to_tiles(sch, c, (yi_n, ty_n, tx_n * vec))
-    crop = pad and (wl.M % yi_n != 0 or wl.N % ty_n != 0)  # (else only K is padded)
-    i, j, k = sch.get_loops(c)
+    crop = has_block(sch, CROP_BLOCK)  # (M or N padded; else at most K)
+    *batch, i, j, k = sch.get_loops(c)  # a batched workload: the batch on blockIdx.z
     by, yi = sch.split(i, [None, yi_n])
     bx, ty = sch.split(j, [None, ty_n])
     ko, tx, kv = sch.split(k, [None, tx_n, vec])
-    sch.reorder(by, bx, ty, tx, ko, kv, yi)
+    sch.reorder(*batch, by, bx, ty, tx, ko, kv, yi)
     rf = sch.rfactor(tx, factor_axis=0)
-    r_by, r_bx, r_ty, r_tx, r_ko, r_kv, r_yi = sch.get_loops(rf)
+    *r_b, r_by, r_bx, r_ty, r_tx, r_ko, r_kv, r_yi = sch.get_loops(rf)
+    if r_b:
+        sch.bind(r_b[0], "blockIdx.z")
     sch.bind(r_by, "blockIdx.y")
     sch.bind(r_bx, "blockIdx.x")
-    sch.bind(r_ty, "threadIdx.y")
-    sch.bind(r_tx, "threadIdx.x")
+    k_threads, n_threads = ("threadIdx.y", "threadIdx.x") if config.coalesce_n else \
+        ("threadIdx.x", "threadIdx.y")
+    sch.bind(r_ty, n_threads)
+    sch.bind(r_tx, k_threads)
     sch.set_scope(rf, 0, "local")  # per-thread partial sums live in registers
     # Vector loads of this thread's vec consecutive K elements of A rows and the B column.
     for idx in (0, 1):
@@ -409,10 +414,11 @@ def schedule_small_batch(sch, cfg, wl, facts):
     sch.unroll(r_yi)
     sch.reverse_compute_at(c, r_ty)
     if tx_n > 1:  # (one thread per column, for a K of a few elements, has nothing to combine)
-        below = sch.get_loops(c)[3:]  # under blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
+        # under (blockIdx.z,) blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
+        below = sch.get_loops(c)[3 + len(r_b):]
         if len(below) == 2:
             sch.reorder(below[1], below[0])
-        sch.bind(below[0], "threadIdx.x")  # the cross-thread reduction over tx
+        sch.bind(below[0], k_threads)  # the cross-thread reduction over tx
     cast = has_block(sch, CAST_BLOCK)
     if crop and cast:  # cropped, then cast: one block
         sch.reverse_compute_inline(sch.get_sblock(CAST_BLOCK))
@@ -432,14 +438,21 @@ def schedule_small_batch(sch, cfg, wl, facts):
 
 def fallback_small_batch(wl, facts, space=None):
     """16-byte loads, 64 threads along K (two warps: the reduction needs both warps' shuffles
-    plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread.
+    plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread. A
+    short K (fewer threads along it) takes more columns, up to 32 and 512 threads a block:
+    blocks of 64 threads each reading 1 KB were launched faster than they ran (decoding's
+    32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes the columns
+    on threadIdx.x (``coalesce_n``) and 32 threads along K, 4 elements each (the P . V of
+    32x1x128x4096: 136 us on batch_matmul.cuda, 9.1 tuned; docs/BENCHMARKS.md).
 
     Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
     K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
     not divide the axes."""
-    vec = largest_factor(wl.K, 16 // facts["dtype_bytes"])
-    tx = largest_factor(wl.K // vec, 64)
-    config = SmallBatchConfig(tx, vec, largest_factor(wl.N, 4), largest_factor(wl.M, 8))
+    coalesce = int(not wl.transpose_b and wl.N > 1)
+    vec = largest_factor(wl.K, 4 if coalesce else 16 // facts["dtype_bytes"])
+    tx = largest_factor(wl.K // vec, 32 if coalesce else 64)
+    ty = largest_factor(wl.N, 32 if coalesce else 4 if tx >= 64 else min(32, 512 // tx))
+    config = SmallBatchConfig(tx, vec, ty, largest_factor(wl.M, 8), int(coalesce and ty > 1))
     if space is None or _valid(space, config.knobs()):
         return config.knobs()
     return padded_small_batch(wl, facts, space).knobs()
@@ -465,7 +478,9 @@ def padded_small_batch(wl, facts, space) -> SmallBatchConfig:
                     flops = padded(wl.M, yi) * padded(wl.N, ty) * padded(wl.K, tx * vec)
                     ranked.append((-(-16 * flops // real), len(ranked),
                                    SmallBatchConfig(tx, vec, ty, yi)))
+    coalesce = not wl.transpose_b  # (a B stored [K, N]: fallback_small_batch)
     for _, _, config in sorted(ranked, key=lambda r: r[:2]):
+        config = replace(config, coalesce_n=int(coalesce and config.ty > 1))
         if _valid(space, config.knobs()):
             return config
     return SmallBatchConfig.from_knobs(_any_valid(space, wl))
@@ -495,9 +510,39 @@ DENSE_LARGE_BATCH_CUDA = ScheduleTemplate(
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
+_SMALL_BATCH = dict(
+    target_kind="cuda", compute=simt_compute, acc_dtype=f32_acc_dtype,
+    schedule=schedule_small_batch, dtypes=("float32", "float16"),
+    fallback=lambda space, wl, facts: fallback_small_batch(wl, facts, space))
+
 DENSE_SMALL_BATCH_CUDA = ScheduleTemplate(
-    name="dense_small_batch.cuda", op="dense", target_kind="cuda",
-    compute=simt_compute, acc_dtype=f32_acc_dtype, schedule=schedule_small_batch,
-    fallback=lambda space, wl, facts: fallback_small_batch(wl, facts, space),
-    check=lambda wl, facts: None if wl.M <= 64 else f"M={wl.M} > 64 (use dense_large_batch)",
-    dtypes=("float32", "float16"), priority=1)
+    name="dense_small_batch.cuda", op="dense", priority=1, **_SMALL_BATCH,
+    check=lambda wl, facts: None if wl.M <= 64 else f"M={wl.M} > 64 (use dense_large_batch)")
+
+
+# ---- batch_matmul_small_batch.cuda: dense_small_batch.cuda's kernel on each batch (the batch
+# on blockIdx.z): decoding's attention, one row of q against a cache of keys, is a batch of
+# matrix-vector products. batch_matmul.cuda gave those rows its M x N tiles (a row of 1 padded
+# to none, but one thread's K loop over the whole K): torch.bmm / ours 0.67 on the f16
+# family 32x1x128..4096x128 NT (H200, docs/BENCHMARKS.md).
+
+#: The most rows of A for which batch_matmul_small_batch.cuda is the default.
+SMALL_BATCH_DEFAULT_M = 8
+
+
+def _small_batch_check(wl, facts):
+    if wl.M > 64:
+        return f"M={wl.M} > 64 (use batch_matmul.cuda)"
+    if wl.batch > 65535:  # (blockIdx.z)
+        return f"a batch of {wl.batch} > 65535"
+    return None
+
+
+def _small_batch_priority(wl, facts):
+    """1 (the default) for few rows (``SMALL_BATCH_DEFAULT_M``); else -1 (tunable)."""
+    return 1 if wl.M <= SMALL_BATCH_DEFAULT_M else -1
+
+
+BATCH_MATMUL_SMALL_BATCH_CUDA = ScheduleTemplate(
+    name="batch_matmul_small_batch.cuda", op="batch_matmul", check=_small_batch_check,
+    priority=_small_batch_priority, symbolic=True, **_SMALL_BATCH)
