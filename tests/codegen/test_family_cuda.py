@@ -136,3 +136,21 @@ def test_wgmma_serves_families_of_64_multiples_with_overhanging_tiles():
         t = F.family_template(other, TARGET)
         assert t.name == "batch_matmul_mma.cuda"
         assert why in get_template("batch_matmul_wgmma.cuda").family_check(other)
+
+
+def test_decoding_family_kernels_take_granules_and_unroll_k():
+    """Decoding's P . V over a cache of 128 t (batch_matmul_small_batch.cuda): the bucket
+    kernels take K as a multiple of 128 (no guarded loads), the generic kernel pads it; each
+    takes its symbolic count of K steps 4 at a time (its loads in flight together, as nvcc
+    has them in a kernel of static K: the family's K 2049..4096 bucket 0.91x -> 1.00x torch)."""
+    fam = Family.parse("32x1x128x128..4096:128", "batch_matmul", "float16", "float16",
+                       layout="NN")
+    assert F.family_template(fam, TARGET).name == "batch_matmul_small_batch.cuda"
+    src = _source(F.compile_library(fallback_library(fam, TARGET, 2, "cuda"), TARGET))
+    kernels = [k for k in src.split('extern "C" __global__')[1:]
+               if k.split("\n")[0].rstrip().endswith("{")]  # definitions
+    assert len(kernels) == 3
+    *buckets, generic = kernels
+    assert "int k)" in generic.split("\n")[0] and "condval" in generic
+    assert all("condval" not in k for k in buckets)
+    assert all(k.count("B_ptr[") == 4 for k in kernels)

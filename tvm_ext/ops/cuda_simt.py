@@ -358,6 +358,10 @@ def vec_ok(wl, tile_y, tile_x, ki, vec):
 # divide, with idle rows and columns) gave wrong sums on an H100: the predicate reaches the
 # cross-thread reduction's shuffles and barriers, so every thread of a padded tile takes part.
 
+#: K steps a family's small-batch kernel unrolls (its K loop of symbolic extent).
+SYMBOLIC_K_UNROLL = 4
+
+
 @dataclass(frozen=True)
 class SmallBatchConfig:
     tx: int  # threads along K per column (the cross-thread reduction)
@@ -380,6 +384,7 @@ class SmallBatchConfig:
 
 
 def schedule_small_batch(sch, cfg, wl, facts):
+    from tvm import tirx  # noqa: PLC0415
     config = SmallBatchConfig.from_knobs(cfg)
     tx_n, vec, ty_n, yi_n = config.tx, config.vec, config.ty, config.yi
     c = sch.get_sblock(MATMUL_BLOCK)
@@ -412,6 +417,12 @@ def schedule_small_batch(sch, cfg, wl, facts):
             inline_producer(sch, loc)  # zeros beyond K, computed in the register load
     sch.unroll(r_kv)
     sch.unroll(r_yi)
+    if not isinstance(sch.get(r_ko).extent, tirx.IntImm):
+        # K's steps of a family's kernel (a symbolic count) 4 at a time, unrolled (the last
+        # ones guarded), so that several steps' loads are in flight, as nvcc has them in a
+        # kernel of static K
+        r_ko, inner = sch.split(r_ko, [None, SYMBOLIC_K_UNROLL])
+        sch.unroll(inner)
     sch.reverse_compute_at(c, r_ty)
     if tx_n > 1:  # (one thread per column, for a K of a few elements, has nothing to combine)
         # under (blockIdx.z,) blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
@@ -545,4 +556,4 @@ def _small_batch_priority(wl, facts):
 
 BATCH_MATMUL_SMALL_BATCH_CUDA = ScheduleTemplate(
     name="batch_matmul_small_batch.cuda", op="batch_matmul", check=_small_batch_check,
-    priority=_small_batch_priority, symbolic=True, **_SMALL_BATCH)
+    priority=_small_batch_priority, symbolic=True, granular=True, **_SMALL_BATCH)
