@@ -366,7 +366,7 @@ SYMBOLIC_K_UNROLL = 4
 class SmallBatchConfig:
     tx: int  # threads along K per column (the cross-thread reduction)
     vec: int  # contiguous K elements per thread and step (one vector load)
-    ty: int  # output columns per block (threadIdx.y)
+    ty: int  # output columns per block (threadIdx.y; threadIdx.x with coalesce_n)
     yi: int  # output rows per thread
     # 1: the columns on threadIdx.x and the K split on threadIdx.y (a B stored [K, N]: a
     # warp reads a row of B's columns at once)
@@ -451,8 +451,8 @@ def fallback_small_batch(wl, facts, space=None):
     """16-byte loads, 64 threads along K (two warps: the reduction needs both warps' shuffles
     plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread. A
     short K (fewer threads along it) takes more columns, up to 32 and 512 threads a block:
-    blocks of 64 threads each reading 1 KB were launched faster than they ran (decoding's
-    32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes the columns
+    blocks of 64 threads each reading 1 KB finished faster than the GPU launched them
+    (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes the columns
     on threadIdx.x (``coalesce_n``) and 32 threads along K, 4 elements each (the P . V of
     32x1x128x4096: 136 us on batch_matmul.cuda, 9.1 tuned; docs/BENCHMARKS.md).
 
@@ -533,9 +533,9 @@ DENSE_SMALL_BATCH_CUDA = ScheduleTemplate(
 
 # ---- batch_matmul_small_batch.cuda: dense_small_batch.cuda's kernel on each batch (the batch
 # on blockIdx.z): decoding's attention, one row of q against a cache of keys, is a batch of
-# matrix-vector products. batch_matmul.cuda gave those rows its M x N tiles (a row of 1 padded
-# to none, but one thread's K loop over the whole K): torch.bmm / ours 0.67 on the f16
-# family 32x1x128..4096x128 NT (H200, docs/BENCHMARKS.md).
+# matrix-vector products. On batch_matmul.cuda (its M x N tiles, each thread's sums over the
+# whole K) torch.bmm / ours was 0.67 on the f16 family 32x1x128..4096:128x128 NT and 0.08 on
+# P . V 32x1x128x4096 (H200, docs/BENCHMARKS.md).
 
 #: The most rows of A for which batch_matmul_small_batch.cuda is the default.
 SMALL_BATCH_DEFAULT_M = 8
