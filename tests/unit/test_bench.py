@@ -187,6 +187,14 @@ def test_gpu_sweep_rejects_unknown_knobs_and_values_before_measuring(capsys):
         _knob_grid(["staged_store"])
     suite = {"attn_f16": GPU_SUITE["attn_f16"]}
     sm90 = cuda_target("sm_90", "h100")
+    # a template by its own name, the dense / batch_matmul twins by either name or their suffix
+    from tvm_ext.bench.gpu import template_task
+    for name, wl, want in (("batch_matmul.cuda", "attn_f16", "batch_matmul.cuda"),
+                           ("small_batch.cuda", "dec_pv_f16", "batch_matmul_small_batch.cuda"),
+                           ("dense_small_batch.cuda", "dec_qk_f16",
+                            "batch_matmul_small_batch.cuda"),
+                           ("sgemm.cuda", "bmm", "batch_matmul_sgemm.cuda")):
+        assert template_task(GPU_SUITE[wl], name, sm90).name == want
     with pytest.raises(TvmExtError, match="has no knob 'blockn'"):
         run_sweep(suite, "batch_matmul_wgmma_ws.cuda", {"blockn": [128]}, repeat=1,
                   target=sm90)

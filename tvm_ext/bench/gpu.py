@@ -239,8 +239,13 @@ def run_gpu(suite, *, log: Optional[str], repeat: int, timing: str = "graph") ->
 
 def template_task(wl, template: str, target):
     """The task of ``template`` for ``wl``'s own op: ``dense_X`` and ``batch_matmul_X`` are
-    named as one (``X``, e.g. ``sgemm.cuda``; either full name works too)."""
+    named as one (``X``, e.g. ``sgemm.cuda``; either full name works too), and a template of
+    that op by its own name (``batch_matmul.cuda``)."""
+    from ..strategy import registered  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
+    own = registered(template)
+    if own is not None and own.op == wl.op:
+        return Task(wl, target, template=template)
     suffix = template
     for op in ("batch_matmul_", "dense_"):
         suffix = suffix[len(op):] if suffix.startswith(op) else suffix

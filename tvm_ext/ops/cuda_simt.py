@@ -452,9 +452,9 @@ def fallback_small_batch(wl, facts, space=None):
     plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread. A
     short K (fewer threads along it) takes more columns, up to 32 and 512 threads a block:
     blocks of 64 threads each reading 1 KB finished faster than the GPU launched them
-    (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes the columns
-    on threadIdx.x (``coalesce_n``) and 32 threads along K, 4 elements each (the P . V of
-    32x1x128x4096: 136 us on batch_matmul.cuda, 9.1 tuned; docs/BENCHMARKS.md).
+    (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes
+    the columns on threadIdx.x (``coalesce_n``) and 32 threads along K, 4 elements each (the
+    P . V of 32x1x128x4096: 136 us on batch_matmul.cuda, 9.1 tuned; docs/BENCHMARKS.md).
 
     Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
     K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
