@@ -35,7 +35,7 @@ How it works:
 - **Few rows, any length.** One M (up to 4, or 8 for a weight stored [K, N]) against a
   weight or cache whose length varies (decoding's attention over its cached keys and values)
   runs the gemv templates' kernels of symbolic N and batch (K and batch for [K, N]), rows
-  padded to whole tasks, K's last rows guarded (``Template.family_compute``).
+  padded to whole tasks, K's last rows guarded (``Template.family_operands``).
 - **One library.** The picked kernels and the generic kernel (the template's fallback for the
   family's median shape, used outside every bucket and when nothing was tuned) are the
   branches of ONE PrimFunc ``main`` that dispatches on the shape: each branch binds its
@@ -355,8 +355,8 @@ def symbolic_func(family: Family, kernel: LibKernel, target, *, granular: bool =
     A, B = _placeholders(family, sizes)
     # Accumulated as the template accumulates (mma: f16 products in f32, cast at the end).
     acc = task.template.acc_dtype(task.workload) if task.template.acc_dtype else None
-    tensors = task.template.family_compute(task.workload, cfg, A, B) \
-        if task.template.family_compute else matmul_compute(task.workload, A, B, acc=acc)
+    tensors = task.template.compute(task.workload, cfg, A, B) \
+        if task.template.family_operands else matmul_compute(task.workload, A, B, acc=acc)
     if task.template.prepare is not None:
         task.template.prepare()
     sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func(tensors)}))
@@ -416,14 +416,18 @@ def exact_shape(family: Family, m: int) -> Tuple[int, int, int, int]:
     return (family.fixed("B"), m, family.fixed("N"), family.fixed("K"))
 
 
+def exact_task(family: Family, m: int, template: str, target) -> Task:
+    """The task of M = ``m``'s kernel of its own shape on ``template`` (``exact_templates``)."""
+    return Task(family.workload(exact_shape(family, m)), target, template=template)
+
+
 def _exact_funcs(library: Library, target) -> List[Tuple[int, Any]]:
     """(M, its kernel's scheduled PrimFunc) of ``exact_templates``: the library's config
     tuned for that shape, else the template's fallback (a config that does not fit this
     target's space is set aside, with the reason, for the fallback)."""
     out = []
     for m, name in exact_templates(library.family, target):
-        task = Task(library.family.workload(exact_shape(library.family, m)), target,
-                    template=name)
+        task = exact_task(library.family, m, name, target)
         config = task.fallback_config()
         kernel = library.exact_kernel(m, name)
         if kernel is not None:
@@ -905,8 +909,7 @@ def tune_family(family: Family, target, log, *, trials: int, max_kernels: int = 
                     granules=granules)
 
     rep_tasks = {shape: task_at(shape) for shape in reps}
-    exact_tasks = [Task(family.workload(exact_shape(family, m)), target, template=name)
-                   for m, name in exact]
+    exact_tasks = [exact_task(family, m, name, target) for m, name in exact]
     labelled = [(task, "") for task in rep_tasks.values()] + \
         [(task, f" ({task.name})") for task in exact_tasks]
     try:

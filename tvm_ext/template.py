@@ -203,9 +203,10 @@ class Template:
     # Whether a kernel of a family ``family_check`` lets it serve takes any size of the axes
     # that vary (then it may be the family's generic kernel too).
     family_any_size: bool = False
-    # (workload, config, A, B) -> the tensors of its kernel of symbolic extents on the
-    # family's operands A and B (None: the plain matmul, its schedule padding to its tiles).
-    family_compute: Optional[Callable] = None
+    # Whether its ``compute`` also takes the family's operands, ``compute(workload, config,
+    # A, B)``, for its kernel of symbolic extents (else: the plain matmul on them, its schedule
+    # padding to its tiles).
+    family_operands: bool = False
 
     # Whether ``schedule`` works on a TensorIR matmul (a fused Relax function, MetaSchedule).
     schedulable = False

@@ -1237,7 +1237,7 @@ def _one_size_of(*axes):
 _GEMV = dict(target_kind="llvm", compute=_gemv_compute, schedule=_gemv_schedule,
              fallback=_gemv_fallback, check=_gemv_check, dtypes=("float32", "float64"),
              priority=_gemv_priority, symbolic=True, family_check=_one_size_of("M", "K"),
-             family_any_size=True, family_compute=_gemv_compute)
+             family_any_size=True, family_operands=True)
 
 DENSE_GEMV_X86 = ScheduleTemplate(name="dense_gemv.x86", op="dense", **_GEMV)
 
@@ -1462,7 +1462,7 @@ _GEMV_NN = dict(target_kind="llvm", compute=_gemv_nn_compute, schedule=_gemv_nn_
                 fallback=_gemv_nn_fallback, check=_gemv_nn_check, dtypes=("float32", "float64"),
                 layouts=("NN", "TN"), priority=1, symbolic=True,
                 family_check=_one_size_of("M", "N"), family_any_size=True,
-                family_compute=_gemv_nn_compute)
+                family_operands=True)
 
 DENSE_GEMV_NN_X86 = ScheduleTemplate(name="dense_gemv_nn.x86", op="dense", **_GEMV_NN)
 
