@@ -1294,11 +1294,11 @@ def _gemv_t_schedule(sch, cfg, wl, facts):
 
 def _gemv_t_check(wl, facts):
     if wl.transpose_a:  # A's rows are read as K contiguous floats
-        return f"A stored [K, M] with M={wl.M} > 1 (use dense_pack.x86)"
+        return f"A stored [K, M] with M={wl.M} > 1 (use {_packed(wl)})"
     if wl.M <= GEMV_MAX_M:
         return f"M={wl.M} <= {GEMV_MAX_M} (dense_gemv.x86 takes few rows of A)"
     if wl.N > GEMV_MAX_M:
-        return f"N={wl.N} > {GEMV_MAX_M} (use dense_pack.x86)"
+        return f"N={wl.N} > {GEMV_MAX_M} (use {_packed(wl)})"
     return _gemv_check(swapped(wl).with_(layout="NT"), facts)  # (B's rows copied out)
 
 
