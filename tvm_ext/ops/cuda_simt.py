@@ -447,6 +447,12 @@ def schedule_small_batch(sch, cfg, wl, facts):
     sch.decompose_reduction(rf, r_ko)
 
 
+def _coalesce(wl, ty: int) -> int:
+    """The fallbacks' ``coalesce_n``: 1 for a B stored [K, N] and more than one column a
+    block (the space's rule), else 0."""
+    return int(not wl.transpose_b and ty > 1)
+
+
 def fallback_small_batch(wl, facts, space=None):
     """16-byte loads, 64 threads along K (two warps: the reduction needs both warps' shuffles
     plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread. A
@@ -459,11 +465,11 @@ def fallback_small_batch(wl, facts, space=None):
     Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
     K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
     not divide the axes."""
-    coalesce = int(not wl.transpose_b and wl.N > 1)
+    coalesce = _coalesce(wl, wl.N)  # (N > 1: the columns of a block can be more than one)
     vec = largest_factor(wl.K, 4 if coalesce else 16 // facts["dtype_bytes"])
     tx = largest_factor(wl.K // vec, 32 if coalesce else 64)
     ty = largest_factor(wl.N, 32 if coalesce else 4 if tx >= 64 else min(32, 512 // tx))
-    config = SmallBatchConfig(tx, vec, ty, largest_factor(wl.M, 8), int(coalesce and ty > 1))
+    config = SmallBatchConfig(tx, vec, ty, largest_factor(wl.M, 8), _coalesce(wl, ty))
     if space is None or _valid(space, config.knobs()):
         return config.knobs()
     return padded_small_batch(wl, facts, space).knobs()
@@ -489,9 +495,8 @@ def padded_small_batch(wl, facts, space) -> SmallBatchConfig:
                     flops = padded(wl.M, yi) * padded(wl.N, ty) * padded(wl.K, tx * vec)
                     ranked.append((-(-16 * flops // real), len(ranked),
                                    SmallBatchConfig(tx, vec, ty, yi)))
-    coalesce = not wl.transpose_b  # (a B stored [K, N]: fallback_small_batch)
     for _, _, config in sorted(ranked, key=lambda r: r[:2]):
-        config = replace(config, coalesce_n=int(coalesce and config.ty > 1))
+        config = replace(config, coalesce_n=_coalesce(wl, config.ty))
         if _valid(space, config.knobs()):
             return config
     return SmallBatchConfig.from_knobs(_any_valid(space, wl))
