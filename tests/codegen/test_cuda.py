@@ -5,7 +5,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cuda_helpers import cuda_source, nvcc_cubin, sample_configs
+from cuda_helpers import cuda_source, nvcc_cubin, sample_configs, source_static_shared
 from tvm_ext.target import cuda_target
 from tvm_ext.task import Task
 from tvm_ext.workload import Workload
@@ -88,13 +88,21 @@ def test_strategy_picks_small_batch_for_few_rows():
     names = [t.name for t in templates_for(Workload.create("dense", (256, 256, 256)), target)]
     assert names == ["dense_sgemm.cuda", "dense_large_batch.cuda"]  # f32, tiles of 64
     # decoding's q . K^T and P . V; a B stored [K, N] takes its columns on threadIdx.x
-    for shape, layout, coalesce in (((32, 1, 300, 128), "NT", 0), ((32, 1, 128, 300), "NN", 1)):
+    # (with coalesce_n TVM's tree in shared memory, or for as many K threads as columns, the
+    # sums staged 33 words a K thread and taken by warps)
+    for shape, layout, coalesce in (((32, 1, 300, 128), "NT", 0), ((32, 1, 128, 300), "NN", 1),
+                                    ((32, 1, 128, 4096), "NN", 1), ((32, 3, 128, 4096), "NN", 1)):
         wl = Workload.create("batch_matmul", shape, "float16", layout=layout)
         assert templates_for(wl, target)[0].name == "batch_matmul_small_batch.cuda"
         task = Task(wl, target, template="batch_matmul_small_batch.cuda")
-        assert task.fallback_config()["coalesce_n"].val == coalesce
-        src = cuda_source(task, task.fallback_config())
-        assert ("__shfl_down_sync" in src) == (not coalesce)  # else a tree in shared memory
+        cfg = task.fallback_config()
+        assert cfg["coalesce_n"].val == coalesce
+        src = cuda_source(task, cfg)
+        staged = coalesce and cfg["tile_k"].size[1] == cfg["tile_x"].size[1]
+        assert staged == (shape[3] == 4096)  # (K = 300: 16 threads along K, 4 columns)
+        assert ("__shfl_down_sync" in src) == (not coalesce or staged)
+        assert ("threadIdx.y) * 33) + ((int)threadIdx.x)" in src) == staged
+        assert source_static_shared(src) == task.space.names_of(cfg)["smem_bytes"]
     wl = Workload.create("batch_matmul", (4, 9, 64, 64), layout="NT")
     assert templates_for(wl, target)[0].name != "batch_matmul_small_batch.cuda"
 

@@ -43,6 +43,7 @@ it against the lowered kernels), and keeps it within the 48 KB of static shared 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ..template import ScheduleTemplate
@@ -423,8 +424,30 @@ def schedule_small_batch(sch, cfg, wl, facts):
         # kernel of static K
         r_ko, inner = sch.split(r_ko, [None, SYMBOLIC_K_UNROLL])
         sch.unroll(inner)
-    sch.reverse_compute_at(c, r_ty)
-    if tx_n > 1:  # (one thread per column, for a K of a few elements, has nothing to combine)
+    if transposed_sum(config):
+        # The K threads' partial sums through shared memory laid out [K thread][column], its
+        # rows 32 * n + 1 words apart: written by warps of consecutive columns, read back by
+        # warps of consecutive K threads, neither with bank conflicts; then each column's
+        # sum is a warp's shuffles (the columns on threadIdx.y, the K threads on threadIdx.x).
+        # TVM's allreduce over threadIdx.y is a tree in shared memory indexed column * tx +
+        # K thread: 32-way conflicts at each of its log2(tx) steps.
+        staged = sch.cache_read(c, 0, "shared")
+        sch.reverse_compute_at(staged, r_tx)
+        sch.storage_align(staged, 0, axis=0, factor=32, offset=1)
+        sch.reverse_compute_at(c, r_bx)
+        r, *i, j = sch.get_loops(c)[2 + len(r_b):]
+        sch.reorder(*i, j, r)
+        sch.bind(j, k_threads)
+        sch.bind(r, n_threads)
+        if i:  # one row of partial sums staged at a time (yi: a rolled loop, nvcc unrolls it)
+            sch.compute_at(staged, i[0])
+            ks, cols = sch.get_loops(staged)[-2:]
+            sch.bind(ks, k_threads)
+            sch.bind(cols, n_threads)
+    else:
+        sch.reverse_compute_at(c, r_ty)
+    if tx_n > 1 and not transposed_sum(config):
+        # (one thread per column, for a K of a few elements, has nothing to combine)
         # under (blockIdx.z,) blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
         below = sch.get_loops(c)[3 + len(r_b):]
         if len(below) == 2:
@@ -447,6 +470,12 @@ def schedule_small_batch(sch, cfg, wl, facts):
     sch.decompose_reduction(rf, r_ko)
 
 
+def transposed_sum(config: SmallBatchConfig) -> bool:
+    """coalesce_n with as many K threads as columns (> 1): the block's sums are staged in
+    shared memory and taken by warps (``schedule_small_batch``)."""
+    return bool(config.coalesce_n) and config.tx == config.ty > 1
+
+
 def _coalesce(wl, ty: int) -> int:
     """The fallbacks' ``coalesce_n``: 1 for a B stored [K, N] and more than one column a
     block (the space's rule), else 0."""
@@ -459,15 +488,22 @@ def fallback_small_batch(wl, facts, space=None):
     short K (fewer threads along it) takes more columns, up to 32 and 512 threads a block:
     blocks of 64 threads each reading 1 KB finished faster than the GPU launched them
     (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes
-    the columns on threadIdx.x (``coalesce_n``) and 32 threads along K, 4 elements each (the
-    P . V of 32x1x128x4096: 136 us on batch_matmul.cuda, 9.1 tuned; docs/BENCHMARKS.md).
+    the columns on threadIdx.x (``coalesce_n``) and 32 threads along K, up to 16 bytes of K
+    each within a family's granule of K (the P . V of 32x1x128x4096: 136 us on
+    batch_matmul.cuda, 7.0 tuned; docs/BENCHMARKS.md).
 
     Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
     K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
     not divide the axes."""
     coalesce = _coalesce(wl, wl.N)  # (N > 1: the columns of a block can be more than one)
-    vec = largest_factor(wl.K, 4 if coalesce else 16 // facts["dtype_bytes"])
-    tx = largest_factor(wl.K // vec, 32 if coalesce else 64)
+    if coalesce:  # (a K step that divides a bucket kernel's granule: unpadded)
+        granule = space.facts.get("granule_k", wl.K) if space else wl.K
+        k = math.gcd(wl.K, granule) if granule > 1 else wl.K
+        tx = largest_factor(k, 32)
+        vec = largest_factor(k // tx, 16 // facts["dtype_bytes"])
+    else:
+        vec = largest_factor(wl.K, 16 // facts["dtype_bytes"])
+        tx = largest_factor(wl.K // vec, 64)
     ty = largest_factor(wl.N, 32 if coalesce else 4 if tx >= 64 else min(32, 512 // tx))
     config = SmallBatchConfig(tx, vec, ty, largest_factor(wl.M, 8), _coalesce(wl, ty))
     if space is None or _valid(space, config.knobs()):
