@@ -708,16 +708,11 @@ def _small_batch(v, f) -> float:
         width = min(1.0, vec * nb / 16) * min(1.0, tx / 32)
     else:  # B stored [K, N]: a warp's columns side by side (coalesce_n), else one a sector
         width = min(1.0, ty * nb / 32) if v.get("coalesce_n") else nb / 32
-    # blocks of few threads launch slower than they run (decoding's q . K^T, 64 threads: 5.5x);
-    # fewer than 1024 threads an SM keep too few loads in flight (P . V: 16 x 16 1.9x 32 x 32)
-    eff = width * min(1.0, tx * ty / 256) * min(1.0, blocks * tx * ty / (f["num_sms"] * 1024))
+    # blocks of few threads launch slower than they run (decoding's q . K^T, 64 threads: 5.5x)
+    eff = width * min(1.0, tx * ty / 256) * min(1.0, blocks / (2 * f["num_sms"]))
     # A block reads its yi rows of A and ty columns of B: A is read N / ty times over.
     traffic = B * (M * K * -(-N // ty) + K * N * -(-M // yi)) * nb
-    tree = 0.0
-    if v.get("coalesce_n") and 1 < tx != ty:  # TVM's tree in shared memory, 32-way conflicts:
-        # about 4 wavefronts a sum each row (2.3 us of decoding's P . V on an H200, 32 x 32)
-        tree = -(-blocks // f["num_sms"]) * 4 * tx * ty * yi / _gpu_clock_and_l2(f.get("sm", 90))[0]
-    return traffic / (bw * max(eff, 1e-3)) + tree
+    return traffic / (bw * max(eff, 1e-3))
 
 
 def model_for(template: str) -> Optional[Callable]:
