@@ -126,7 +126,7 @@ def test_decoding_attention_over_a_cache_of_any_length_runs_the_gemv_kernels(tmp
     transpose at every call) and p @ v one of K varying: both run the gemv templates' kernels
     of symbolic length, untuned and tuned over a range (the tuned libraries found by the
     build), right at lengths inside and outside it."""
-    from relax_helpers import decode_attention, decode_reference
+    from relax_helpers import check_decode, decode_attention, decode_reference
     mod = decode_attention()
     fams = extract_families(mod, CPU)
     assert sorted((f.text, f.layout, names) for f, names, _ in fams) == [
@@ -134,12 +134,7 @@ def test_decoding_attention_over_a_cache_of_any_length_runs_the_gemv_kernels(tmp
     rng = np.random.default_rng(0)
 
     def check(ex):
-        vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
-        for n in (1, 7, 48, 300):
-            q, k, v = (rng.standard_normal(s).astype("float32")
-                       for s in [(4, 1, 32), (4, n, 32), (4, n, 32)])
-            out = vm["main"](*(tvm.runtime.tensor(x) for x in (q, k, v))).numpy()
-            assert np.allclose(out, decode_reference(q, k, v), rtol=1e-4, atol=1e-4), n
+        check_decode(tvm.relax.VirtualMachine(ex, tvm.cpu()), tvm.cpu(), rng)
 
     with tvm_ext.apply_history_best([]) as ctx:
         check(build(mod, CPU))
