@@ -188,6 +188,13 @@ def test_proposer_bench_compares_top_k_with_xgb(tmp_path):
     assert row["configs"] == 6 and -1 <= row["spearman"] <= 1 and len(row["topk"]) == 3
     assert row["xgb_trials"] == 4 and row["xgb_best_ms"] > 0
     assert row["topk_vs_xgb"] == row["xgb_best_ms"] / row["topk_best_ms"]
+    # --rescore: the current model on those points (here the recorded one: the same ranks)
+    from tvm_ext.bench.cpu import CPU_QUICK
+    from tvm_ext.bench.proposer import rescore
+    from tvm_ext.target import host_cpu_target
+    r, = rescore([row], CPU_QUICK, host_cpu_target(), 2)
+    assert r["spearman"] == r["recorded"] == row["spearman"] and 0 < r["top_vs_best"] <= 1
+    assert main(["--quick", "--only", "dense", "--rescore", str(out)]) == 0
     assert main(["--quick", "--only", "dense", "--configs", "0", "--k", "2",
                  "--json", str(out)]) == 0
     row, = json.loads(out.read_text())

@@ -13,6 +13,7 @@ rounds, and compared):
     python -m tvm_ext.bench.proposer --configs 200 --k 20 --json proposer.json
     python -m tvm_ext.bench.proposer --target cuda --configs 64 --log logs/cuda_sm90.json
     python -m tvm_ext.bench.proposer --configs 0 --k 20 --xgb 256   # top-k against XGB
+    python -m tvm_ext.bench.proposer --target cuda --rescore p.json   # a --json run, re-ranked
 
 ``--compile K`` (no GPU needed) instead ranks the spaces of every template that serves each
 workload and builds the top K of each with nvcc (``--target``'s arch), the kernels a top-K run
@@ -142,6 +143,31 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
     return rows
 
 
+def rescore(rows, suite, target, k: int) -> List[Dict]:
+    """The current model on the points a run measured (``--json``'s rows, ``--rescore``): its
+    rank correlation with their times (and the recorded model's), and the best time among its
+    ``k`` first against the best of all. Nothing measured: a model change judged on data."""
+    from ..propose import estimate  # noqa: PLC0415
+    from ..task import Task  # noqa: PLC0415
+    out = []
+    for row in rows:
+        points = row.get("points") or []
+        if row["workload"] not in suite or len(points) < 3:
+            continue
+        task = Task(suite[row["workload"]], target, template=row["template"])
+        ms = [p["ms"] for p in points]
+        est = [estimate(task.space, task.config(p["index"])) for p in points]
+        first = sorted(range(len(est)), key=est.__getitem__)[:k]
+        r = {"workload": row["workload"], "spearman": spearman(est, ms),
+             "recorded": spearman([p["estimate"] for p in points], ms),
+             "top_vs_best": min(ms) / min(ms[i] for i in first)}
+        print(f"{r['workload']:<12} Spearman {r['spearman']:5.2f} (recorded model "
+              f"{r['recorded']:5.2f}) over {len(ms)}; the best of its first {k}: "
+              f"{r['top_vs_best']:.2f}x the speed of the best", flush=True)
+        out.append(r)
+    return out
+
+
 def in_turn(measurer, task, configs, rounds: int = 3) -> List:
     """The best of ``rounds`` times of each config, measured in turn (one batch of all of them
     a round): the same clock and temperature for each, and as many samples for each. Comparing
@@ -234,6 +260,8 @@ def main(argv=None) -> int:
                    help="write tvm_ext's debug log to FILE: the build and run seconds of each "
                         "batch of the pool measurer (the GPU suite's), and each config's load, "
                         "device wait and run seconds")
+    p.add_argument("--rescore", metavar="FILE", help="no measuring: the current model on "
+                   "the points of an earlier --json run (with its --target)")
     args = p.parse_args(argv)
     if args.trace:
         handler = logging.FileHandler(args.trace, mode="w")
@@ -249,6 +277,10 @@ def main(argv=None) -> int:
         p.error(f"--only: no workload {', '.join(sorted(unknown))} in the suite "
                 f"(known: {', '.join(suite)})")
     suite = {k: v for k, v in suite.items() if not args.only or k in args.only}
+    if args.rescore:
+        with open(args.rescore) as f:
+            rescore(json.load(f), suite, target or host_cpu_target(), args.k)
+        return 0
     if args.compile:
         rows = compile_top(suite, k=args.compile, target=target or host_cpu_target())
         if args.json:
