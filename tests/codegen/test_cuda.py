@@ -101,7 +101,8 @@ def test_strategy_picks_small_batch_for_few_rows():
         staged = coalesce and cfg["tile_k"].size[1] == cfg["tile_x"].size[1]
         assert staged == (shape[3] == 4096)  # (K = 300: 16 threads along K, 4 columns)
         assert ("__shfl_down_sync" in src) == (not coalesce or staged)
-        assert ("threadIdx.y) * 33) + ((int)threadIdx.x)" in src) == staged
+        assert ("threadIdx.y) * 33) + ((int)threadIdx.x)" in src) == staged  # written,
+        assert ("threadIdx.x) * 33) + ((int)threadIdx.y)" in src) == staged  # read back
         assert source_static_shared(src) == task.space.names_of(cfg)["smem_bytes"]
     wl = Workload.create("batch_matmul", (4, 9, 64, 64), layout="NT")
     assert templates_for(wl, target)[0].name != "batch_matmul_small_batch.cuda"

@@ -106,17 +106,22 @@ def test_f16_outputs_accumulate_in_f32(template, op, shape, layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op,shape", [("batch_matmul", (3, 2, 100, 200)), ("dense", (5, 70, 300))])
+@pytest.mark.parametrize("op,shape,tiles", [
+    ("batch_matmul", (3, 2, 100, 200), ((32, 2, 1), (16, 4, 2), (32, 1, 2))),
+    ("dense", (5, 70, 300), ((32, 2, 1), (16, 4, 5), (32, 1, 2))),
+    ("dense", (2, 8, 8), ((8, 1, 2), (8, 1, 1)))])  # (sub-warp groups: 4 columns a warp)
 @pytest.mark.parametrize("dtype,out_dtype", [("float32", None), ("float16", "float16")])
-def test_staged_sums_of_coalesced_columns_on_gpu(op, shape, dtype, out_dtype):
+def test_staged_sums_of_coalesced_columns_on_gpu(op, shape, tiles, dtype, out_dtype):
     """coalesce_n with as many K threads as columns (the sums staged in shared memory, taken by
     warps' shuffles): padded columns and K, one row a thread and several."""
     import tvm
+    from tvm_ext.ops.cuda_simt import SmallBatchConfig, transposed_sum
     wl = Workload.create(op, shape, dtype, out_dtype, layout="NN")
     task = Task(wl, cuda_target("sm_" + tvm.cuda(0).compute_version.replace(".", "")),
                 template=f"{op}_small_batch.cuda")
     configs = [task.space.config_from_values({"tile_k": [-1, t, v], "tile_x": [-1, t],
                                               "tile_y": [-1, yi], "coalesce_n": 1})
-               for t, v, yi in ((32, 2, 1), (16, 4, wl.M), (32, 1, 2))]
-    assert all(task.space.is_valid(c) for c in configs)
+               for t, v, yi in tiles]
+    assert all(task.space.is_valid(c) and transposed_sum(SmallBatchConfig.from_knobs(c))
+               for c in configs)
     _check_kernels(task, configs, *random_inputs(wl, np.random.default_rng(0)))

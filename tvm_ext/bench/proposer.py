@@ -146,7 +146,8 @@ def run(suite, *, configs: int, k: int, seed: int = 0, target=None, log=None,
 def rescore(rows, suite, target, k: int) -> List[Dict]:
     """The current model on the points a run measured (``--json``'s rows, ``--rescore``): its
     rank correlation with their times (and the recorded model's), and the best time among its
-    ``k`` first against the best of all. Nothing measured: a model change judged on data."""
+    ``k`` first against the best of all. Nothing measured: a model change judged on data
+    (points are config indices: the same space files)."""
     from ..propose import estimate  # noqa: PLC0415
     from ..task import Task  # noqa: PLC0415
     out = []

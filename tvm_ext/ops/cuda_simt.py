@@ -351,8 +351,9 @@ def vec_ok(wl, tile_y, tile_x, ki, vec):
 # output columns for yi rows, and the tx threads of a column split K: every thread accumulates
 # its share (vec contiguous elements per step, loaded as one vector) in registers, then the tx
 # partial sums are combined by a cross-thread reduction (warp shuffles; TIR's rfactor +
-# LowerCrossThreadReduction). TOPI's dense_small_batch.cuda had tile_k = [., tx]; ours adds the
-# vector width, ty columns and yi rows per block.
+# LowerCrossThreadReduction; with coalesce_n a tree in shared memory, or the sums staged there
+# for warps' shuffles: ``transposed_sum``). TOPI's dense_small_batch.cuda had tile_k = [., tx];
+# ours adds the vector width, ty columns and yi rows per block.
 #
 # Every shape: axes that the tiles do not divide are padded (pad_einsum; the zeros are computed in
 # the register loads, the crop guards the final store). Predicated tiles (a split that does not
@@ -370,7 +371,7 @@ class SmallBatchConfig:
     ty: int  # output columns per block (threadIdx.y; threadIdx.x with coalesce_n)
     yi: int  # output rows per thread
     # 1: the columns on threadIdx.x and the K split on threadIdx.y (a B stored [K, N]: a
-    # warp reads a row of B's columns at once)
+    # warp reads a row of B's columns at once); the sum swaps them (``transposed_sum``)
     coalesce_n: int = 0
 
     @staticmethod
@@ -446,13 +447,12 @@ def schedule_small_batch(sch, cfg, wl, facts):
             sch.bind(cols, n_threads)
     else:
         sch.reverse_compute_at(c, r_ty)
-    if tx_n > 1 and not transposed_sum(config):
-        # (one thread per column, for a K of a few elements, has nothing to combine)
-        # under (blockIdx.z,) blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
-        below = sch.get_loops(c)[3 + len(r_b):]
-        if len(below) == 2:
-            sch.reorder(below[1], below[0])
-        sch.bind(below[0], k_threads)  # the cross-thread reduction over tx
+        if tx_n > 1:  # (one thread a column, for a K of a few elements: nothing to combine)
+            # under (blockIdx.z,) blockIdx.y, blockIdx.x, threadIdx.y: tx [, yi]
+            below = sch.get_loops(c)[3 + len(r_b):]
+            if len(below) == 2:
+                sch.reorder(below[1], below[0])
+            sch.bind(below[0], k_threads)  # the cross-thread reduction over tx
     cast = has_block(sch, CAST_BLOCK)
     if crop and cast:  # cropped, then cast: one block
         sch.reverse_compute_inline(sch.get_sblock(CAST_BLOCK))
@@ -488,19 +488,19 @@ def fallback_small_batch(wl, facts, space=None):
     short K (fewer threads along it) takes more columns, up to 32 and 512 threads a block:
     blocks of 64 threads each reading 1 KB finished faster than the GPU launched them
     (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes
-    the columns on threadIdx.x (``coalesce_n``) and 32 threads along K, up to 16 bytes of K
-    each within a family's granule of K (the P . V of 32x1x128x4096: 136 us on
-    batch_matmul.cuda, 7.0 tuned; docs/BENCHMARKS.md).
+    the columns on threadIdx.x (``coalesce_n``) and 32 (else 16) threads along K, up to 16
+    bytes of K each, a K step that divides a family's granule of K (decoding's P . V,
+    32x1x128x4096: 0.08x cuBLAS on batch_matmul.cuda, 1.53x so; docs/BENCHMARKS.md).
 
     Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
     K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
     not divide the axes."""
     coalesce = _coalesce(wl, wl.N)  # (N > 1: the columns of a block can be more than one)
     if coalesce:  # (a K step that divides a bucket kernel's granule: unpadded)
-        granule = space.facts.get("granule_k", wl.K) if space else wl.K
+        granule = space.facts.get("granule_k", wl.K) if space is not None else wl.K
         k = math.gcd(wl.K, granule) if granule > 1 else wl.K
-        tx = largest_factor(k, 32)
-        vec = largest_factor(k // tx, 16 // facts["dtype_bytes"])
+        tx = 32 if k % 32 == 0 else 16 if k % 16 == 0 else largest_factor(k, 32)
+        vec = math.gcd(k // tx, 16 // facts["dtype_bytes"], 8)  # (a power of two)
     else:
         vec = largest_factor(wl.K, 16 // facts["dtype_bytes"])
         tx = largest_factor(wl.K // vec, 64)
