@@ -490,7 +490,7 @@ def fallback_small_batch(wl, facts, space=None):
     (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes
     the columns on threadIdx.x (``coalesce_n``) and 32 (else 16) threads along K, up to 16
     bytes of K each, a K step that divides a family's granule of K (decoding's P . V,
-    32x1x128x4096: 0.08x cuBLAS on batch_matmul.cuda, 1.53x so; docs/BENCHMARKS.md).
+    32x1x128x4096: 0.08x cuBLAS on batch_matmul.cuda, 1.53x now; docs/BENCHMARKS.md).
 
     Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
     K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
