@@ -65,7 +65,8 @@ ODD = [("batch_matmul.cuda", "batch_matmul", (3, 50, 70, 33)),
        ("dense_large_batch.cuda", "dense", (127, 131, 137)),
        ("dense_large_batch.cuda", "dense", (100, 72, 30)),
        ("dense_small_batch.cuda", "dense", (3, 100, 133)),
-       ("batch_matmul_small_batch.cuda", "batch_matmul", (5, 3, 100, 133))]
+       ("batch_matmul_small_batch.cuda", "batch_matmul", (5, 3, 100, 133)),
+       ("batch_matmul_small_batch.cuda", "batch_matmul", (2, 13, 1009, 4001))]
 
 
 @pytest.mark.gpu

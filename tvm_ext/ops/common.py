@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import sys
 import threading
 
@@ -156,6 +157,19 @@ def largest_factor(n: int, at_most: int, multiple_of: int = 1) -> int:
         return largest_factor(n, at_most)
     return best
 
+
+def tile_of(n: int, want: int, pow2: bool = False) -> int:
+    """A tile of an axis of n where a rule wants ``want`` (a power of two): the largest divisor
+    up to want (a power of two if ``pow2``) if at least half of want (or n), else whichever of
+    want, want / 2, want / 4 and it costs least, n padded (within n / 16 free; under half of
+    want or n, a smaller tile costs in proportion; ties: the larger). N = 4001: 32, not 1."""
+    d = math.gcd(n, want) if pow2 else largest_factor(n, want)
+    if 2 * d >= min(n, want):
+        return d
+
+    def cost(t):
+        return max(padded(n, t), n + n // 16) * max(1, min(n, want) / (2 * t))
+    return min({d, want, max(1, want // 2), max(1, want // 4)}, key=lambda t: (cost(t), -t))
 
 
 def grid_blocks(wl, block_m: int, block_n: int) -> int:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 
 from ..template import ScheduleTemplate
 from .common import CAST_BLOCK, CROP_BLOCK, MATMUL_BLOCK, has_block, largest_factor, padded
+from .common import tile_of
 from .common import f32_acc_dtype, inline_consumer, inline_producer, matmul_compute
 from .common import pad_to_tiles
 
@@ -360,7 +361,7 @@ def vec_ok(wl, tile_y, tile_x, ki, vec):
 # divide, with idle rows and columns) gave wrong sums on an H100: the predicate reaches the
 # cross-thread reduction's shuffles and barriers, so every thread of a padded tile takes part.
 
-#: K steps a family's small-batch kernel unrolls (its K loop of symbolic extent).
+#: K steps a small-batch kernel unrolls where its K loop is symbolic (a family's) or padded.
 SYMBOLIC_K_UNROLL = 4
 
 
@@ -413,16 +414,17 @@ def schedule_small_batch(sch, cfg, wl, facts):
         contiguous_k = (not wl.transpose_a) if idx == 0 else wl.transpose_b
         loc = sch.cache_read(rf, idx, "local")
         sch.compute_at(loc, r_ko)
-        if contiguous_k and vec > 1:
+        if contiguous_k and vec > 1 and wl.K % vec == 0:  # (else coalesce_n's A: scalars)
             sch.vectorize(sch.get_loops(loc)[-1])
         if pad:
             inline_producer(sch, loc)  # zeros beyond K, computed in the register load
     sch.unroll(r_kv)
     sch.unroll(r_yi)
-    if not isinstance(sch.get(r_ko).extent, tirx.IntImm):
-        # K's steps of a family's kernel (a symbolic count) 4 at a time, unrolled (the last
-        # ones guarded), so that several steps' loads are in flight, as nvcc has them in a
-        # kernel of static K
+    if not isinstance(sch.get(r_ko).extent, tirx.IntImm) or wl.K % (tx_n * vec):
+        # K's steps of a family's kernel (a symbolic count) or of a padded K (guarded loads)
+        # 4 at a time, unrolled (the last ones guarded), so that several steps' loads are in
+        # flight, as nvcc has them for a static K unguarded (P . V at K = 4001, a K step of
+        # 32 elements: 22.2 us rolled, 11.1 unrolled; H200)
         r_ko, inner = sch.split(r_ko, [None, SYMBOLIC_K_UNROLL])
         sch.unroll(inner)
     if transposed_sum(config):
@@ -488,24 +490,27 @@ def fallback_small_batch(wl, facts, space=None):
     short K (fewer threads along it) takes more columns, up to 32 and 512 threads a block:
     blocks of 64 threads each reading 1 KB finished faster than the GPU launched them
     (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes
-    the columns on threadIdx.x (``coalesce_n``) and 32 (else 16) threads along K, up to 16
-    bytes of K each, a K step that divides a family's granule of K (decoding's P . V,
-    32x1x128x4096: 0.08x cuBLAS on batch_matmul.cuda, 1.53x now; docs/BENCHMARKS.md).
-
-    Those are divisors of K, N and M; where they make no valid config of the ``space`` (a prime
-    K has no 16-byte vector and no 64 threads), ``padded_small_batch`` chooses tiles that need
-    not divide the axes."""
+    the columns on threadIdx.x (``coalesce_n``), 32 (else 16) threads along K and 16 bytes of K
+    each where at most 1/16 of K is padded (decoding's P . V, 32x1x128x4096: 0.08x cuBLAS on
+    batch_matmul.cuda, 1.53x now; docs/BENCHMARKS.md); a family's bucket kernel a K step that
+    divides its granule of K. Tiles are divisors, or round sizes where no divisor is useful
+    (``tile_of``: N = 4001 had one column a block, 0.12x cuBLAS); where they make no valid
+    config of the ``space``, ``padded_small_batch`` chooses tiles."""
     coalesce = _coalesce(wl, wl.N)  # (N > 1: the columns of a block can be more than one)
-    if coalesce:  # (a K step that divides a bucket kernel's granule: unpadded)
-        granule = space.facts.get("granule_k", wl.K) if space is not None else wl.K
-        k = math.gcd(wl.K, granule) if granule > 1 else wl.K
+    granule = space.facts.get("granule_k", 1) if space is not None else 1
+    vec = math.gcd(wl.K, 16 // facts["dtype_bytes"])  # (a power of two)
+    if coalesce and granule not in (1, wl.K):  # (a K step dividing a bucket's granule: unpadded)
+        k = math.gcd(wl.K, granule)
         tx = 32 if k % 32 == 0 else 16 if k % 16 == 0 else largest_factor(k, 32)
-        vec = math.gcd(k // tx, 16 // facts["dtype_bytes"], 8)  # (a power of two)
+        vec = math.gcd(k // tx, vec, 8)
+    elif coalesce:
+        tx = tile_of(wl.K, 32, pow2=True)  # (K padded where 16 does not divide it)
+        vec = max((v for v in (8, 4, 2) if v * facts["dtype_bytes"] <= 16 and
+                   padded(wl.K, tx * v) <= wl.K * 17 / 16), default=1)  # (1/16 padded at most)
     else:
-        vec = largest_factor(wl.K, 16 // facts["dtype_bytes"])
-        tx = largest_factor(wl.K // vec, 64)
-    ty = largest_factor(wl.N, 32 if coalesce else 4 if tx >= 64 else min(32, 512 // tx))
-    config = SmallBatchConfig(tx, vec, ty, largest_factor(wl.M, 8), _coalesce(wl, ty))
+        tx = tile_of(wl.K // vec, 64, pow2=True)
+    ty = tile_of(wl.N, 32 if coalesce else 4 if tx >= 64 else min(32, 512 // tx))
+    config = SmallBatchConfig(tx, vec, ty, tile_of(wl.M, 8), _coalesce(wl, ty))
     if space is None or _valid(space, config.knobs()):
         return config.knobs()
     return padded_small_batch(wl, facts, space).knobs()
