@@ -38,10 +38,8 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   FMAs. On the H100 the issue slots went from 79% to 81% busy and the wait stalls from 0.10 to
   0.06 an instruction, but the fences compile to NOPs (3% more instructions) and the times did
   not change (docs/BENCHMARKS.md).
-- Not ``cp.async``: a ring of 2 to 4 shared buffers filled by cp.async (4-byte copies into
-  the transposed places of a K-contiguous operand, no staging registers, no shared stores) was
-  slower on every H100 row (8192^3 0.84-0.86x of cuBLAS against 0.92x, 7x the shared-memory
-  bank conflicts; commit e2a339d, docs/BENCHMARKS.md) and was removed.
+- Not ``cp.async``: a ring of 2 to 4 shared buffers filled by cp.async was slower on every
+  H100 row (8192^3 0.84-0.86x of cuBLAS against 0.92x; commit e2a339d) and was removed.
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
   many blocks share an SM (2: 128 registers for 256 threads).
 - ``slice_k``: the block's threads in 2 or 4 groups, each computing the whole block tile over

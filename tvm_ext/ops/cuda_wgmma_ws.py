@@ -79,25 +79,21 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   assumes the grid's blocks can all be resident at once). A first small kernel zeroes the
   flags (the workspace is TVM's, not kept between calls). Per consumer warpgroup: each
   takes its own 64 rows, slot and flag. Cooperative consumers of one CTA only (not pingpong,
-  not clusters). Measured on the H100 (docs/BENCHMARKS.md): 8192^3 f16 NT 3% faster in one
-  sweep and 0.6% in a re-ranking in turn (NN 3.5% slower there); under ncu its SMs' busy
-  cycles even out (the busiest SM 0.5% over the mean, against 3%) and the elapsed cycles fall
-  1.7%, but the card, at its power limit, clocks 2-4% lower, and L2 serves 36% more read
-  sectors (not explained: the operands' TMA loads are the same). 1024^3 (a tile an SM, every
-  tile shared) ran 2.3x slower. The fallback keeps ``stream_k`` = 0; records choose it.
+  not clusters). Measured on the H100: 8192^3 f16 NT 0.6-3% faster (NN 3.5% slower); under
+  ncu the SMs' busy cycles even out, but the card, at its power limit, clocks 2-4% lower and L2
+  serves 36% more read sectors (not explained); 1024^3 (every tile shared) 2.3x slower (the
+  full account at cd47a06). The fallback keeps ``stream_k`` = 0; records choose it.
 
 The mbarrier phases come from one running count of K steps per block (``g``): slot ``g %
 stages``, phase ``g // stages % 2``; the producer's first pass over the ring waits on the
 parity before the barrier's first phase, which is complete at initialisation. Stream-K's
 blocks count their shared steps first, then their whole tiles'.
 
-Measured (docs/BENCHMARKS.md, ``python -m tvm_ext.bench --suite gpu``; ratios cuBLAS / ours in
-one process): storing from registers, its fallback was 0.93-0.99x of cuBLAS on the f16 / bf16
-8192^3 GEMMs and 0.35-0.40x where the output dominates (the attention scores, K = 128;
-1024^3). With the staged TMA store (H200 sweep): attention 0.36x -> 1.00x, 1024^3 0.83x ->
-1.04x (then 1.17-1.19x tuned), 8192^3 1.03x -> 1.11x for the same tiles. Its records in
-``logs/cuda_sm90.json`` are the shipped kernels of those rows; its priority stays below the
-cp.async template's for shapes without a record (measured on these rows only).
+Measured (``python -m tvm_ext.bench --suite gpu``, cuBLAS / ours): storing from registers,
+0.93-0.99x on the f16 / bf16 8192^3 GEMMs, 0.35-0.40x where the output dominates (attention
+scores, 1024^3); the staged TMA store (H200): attention 0.36x -> 1.00x, 1024^3 0.83x -> 1.04x
+(1.17-1.19x tuned), 8192^3 1.03x -> 1.11x. Its records in ``logs/cuda_sm90.json`` are those
+rows' kernels; without a record it ranks below the cp.async template (measured on these only).
 
 **fp8** (``float8_e4m3fn``, ``float8_e5m2``): wgmma reads fp8 operands K-major only, so
 layout NT. The kernel is the 16-bit one on the same bytes: the TMA maps see each operand as
