@@ -413,7 +413,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         if args.trials is not None and args.trials >= 1:
             args.batch_size = max(args.batch_size, args.trials)
     else:
-        # The tuners benchmark (docs/BENCHMARKS.md "Tuners"): xgb, started from the proposer's
+        # The tuners benchmark (docs/BENCHMARKS.md, --suite tuners): xgb, from the proposer's
         # best configs, leads at 8 and 16 trials and ties at 32.
         args.tuner = args.tuner or "xgb"
         args.trials = 32 if args.trials is None else args.trials

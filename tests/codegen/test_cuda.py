@@ -153,20 +153,25 @@ def test_every_shape_has_valid_configs_within_twice_the_flops(op, shape):
 @pytest.mark.parametrize("shape,layout,tiles", [  # (tx, vec, ty, yi)
     ((32, 1, 128, 4001), "NN", (32, 8, 32, 1)), ((32, 1, 128, 1000), "NN", (32, 8, 32, 1)),
     ((32, 1, 128, 4000), "NN", (32, 8, 32, 1)), ((32, 1, 128, 96), "NN", (32, 1, 32, 1)),
-    ((32, 1, 4001, 128), "NT", (16, 8, 32, 1)), ((1, 13, 4096, 4096), "NT", (64, 8, 4, 8))])
+    ((32, 1, 4001, 128), "NT", (16, 8, 32, 1)), ((32, 1, 4001, 96), "NT", (4, 8, 32, 1)),
+    ((1, 13, 4096, 4096), "NT", (64, 8, 4, 8))])
 def test_small_batch_fallback_pads_axes_without_useful_divisors(shape, layout, tiles):
-    """A prime K, N or M (decoding at 4001 tokens) takes round tiles, padded within 1/16 of
-    the flops; 16-byte loads of A where K is whole vectors, else scalars."""
+    """A prime K, N or M (decoding at 4001 tokens) takes round tiles, N and K padded within
+    1/16; 16-byte loads of A where K is whole vectors, else scalars; a padded K's loop
+    unrolled 4 steps (B's loads written 4 times)."""
     from tvm_ext.ops.common import tile_of
     assert [tile_of(4001, 32), tile_of(100, 32), tile_of(33, 32), tile_of(13, 8)] == [32, 25, 16, 8]
-    assert [tile_of(16, 64, pow2=True), tile_of(4001, 64, pow2=True)] == [16, 64]
+    assert [tile_of(n, 64, pow2=True) for n in (16, 4001, 12, 48)] == [16, 64, 4, 16]
     wl = Workload.create("batch_matmul", shape, "float16", "float16", layout=layout)
     task = Task(wl, cuda_target("sm_90"), template="batch_matmul_small_batch.cuda")
     cfg = task.fallback_config()
     assert (*cfg["tile_k"].size[1:], cfg["tile_x"].size[1], cfg["tile_y"].size[1]) == tiles
     n = task.space.names_of(cfg)
     assert n["pad_n"] * n["pad_k"] <= 17 / 16 * wl.N * wl.K and n["pad_m"] <= 16
-    assert ("*(uint4*)(A_ptr" in cuda_source(task, cfg)) == (tiles[1] == 8 and wl.K % 8 == 0)
+    src = cuda_source(task, cfg)
+    assert ("*(uint4*)(A_ptr" in src) == (tiles[1] == 8 and wl.K % 8 == 0)
+    if layout == "NN":
+        assert src.count("B_ptr[") == (4 if wl.K % (tiles[0] * tiles[1]) else 1)
 
 
 @pytest.mark.parametrize("template,op,shape,aligned", [

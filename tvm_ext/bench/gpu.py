@@ -65,7 +65,7 @@ GPU_SUITE = {
     # K's rows (NT) and P . V (NN)
     "dec_qk_f16": _f16("batch_matmul", (32, 1, 4096, 128)),
     "dec_pv_f16": _f16("batch_matmul", (32, 1, 128, 4096), layout="NN"),
-    # and at 4001 tokens (a prime): tiles of round sizes, padded
+    # and at 4001 tokens (a prime: round tiles, padded)
     "dec_qk_4001": _f16("batch_matmul", (32, 1, 4001, 128)),
     "dec_pv_4001": _f16("batch_matmul", (32, 1, 128, 4001), layout="NN"),
     # bf16 twins of four f16 rows (bf16 -> bf16 as torch.matmul; f32 accumulation). Without a

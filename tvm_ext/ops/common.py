@@ -163,6 +163,8 @@ def tile_of(n: int, want: int, pow2: bool = False) -> int:
     up to want (a power of two if ``pow2``) if at least half of want (or n), else whichever of
     want, want / 2, want / 4 and it costs least, n padded (within n / 16 free; under half of
     want or n, a smaller tile costs in proportion; ties: the larger). N = 4001: 32, not 1."""
+    if pow2:  # (a power of two up to n: no split is longer than its axis)
+        want = min(want, 1 << (n.bit_length() - 1))
     d = math.gcd(n, want) if pow2 else largest_factor(n, want)
     if 2 * d >= min(n, want):
         return d

@@ -31,13 +31,11 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   one row's last FMA is the next row's first, from the operand reuse cache), which cut the
   dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS);
   column by column and two rows at a time were slower (commit 8ebd700, docs/BENCHMARKS.md).
-- ``spread``: ptxas issues a k step's six ``LDS.128`` back to back ahead of its FMAs (the
-  SASS of ``bench.one --sass-out``), and ncu counts 10x cuBLAS's "wait" stalls at 8192^3. With
-  ``spread`` = 2 the words are loaded two at a time, each pair after a row of FMAs and a
-  ``__syncwarp()``, above which ptxas does not move shared loads: the loads issue among the
-  FMAs. On the H100 the issue slots went from 79% to 81% busy and the wait stalls from 0.10 to
-  0.06 an instruction, but the fences compile to NOPs (3% more instructions) and the times did
-  not change (docs/BENCHMARKS.md).
+- ``spread``: ptxas issues a k step's six ``LDS.128`` back to back ahead of its FMAs, and ncu
+  counts 10x cuBLAS's "wait" stalls at 8192^3; ``spread`` = 2 loads the words two at a time,
+  each pair after a row of FMAs and a ``__syncwarp()`` (above which ptxas does not move shared
+  loads). On the H100 the wait stalls fell from 0.10 to 0.06 an instruction, the times did not
+  change (docs/BENCHMARKS.md).
 - Not ``cp.async``: a ring of 2 to 4 shared buffers filled by cp.async was slower on every
   H100 row (8192^3 0.84-0.86x of cuBLAS against 0.92x; commit e2a339d) and was removed.
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that

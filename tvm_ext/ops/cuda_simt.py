@@ -423,8 +423,8 @@ def schedule_small_batch(sch, cfg, wl, facts):
     if not isinstance(sch.get(r_ko).extent, tirx.IntImm) or wl.K % (tx_n * vec):
         # K's steps of a family's kernel (a symbolic count) or of a padded K (guarded loads)
         # 4 at a time, unrolled (the last ones guarded), so that several steps' loads are in
-        # flight, as nvcc has them for a static K unguarded (P . V at K = 4001, a K step of
-        # 32 elements: 22.2 us rolled, 11.1 unrolled; H200)
+        # flight, as nvcc has them for a static K unguarded (P . V at K = 4001, 32 K threads
+        # of one element: 22.2 us rolled, 11.1 unrolled; H200)
         r_ko, inner = sch.split(r_ko, [None, SYMBOLIC_K_UNROLL])
         sch.unroll(inner)
     if transposed_sum(config):
@@ -485,21 +485,20 @@ def _coalesce(wl, ty: int) -> int:
 
 
 def fallback_small_batch(wl, facts, space=None):
-    """16-byte loads, 64 threads along K (two warps: the reduction needs both warps' shuffles
-    plus one shared exchange) and 4 columns per block, all rows of M (<= 8) per thread. A
-    short K (fewer threads along it) takes more columns, up to 32 and 512 threads a block:
-    blocks of 64 threads each reading 1 KB finished faster than the GPU launched them
-    (decoding's 32x1x4096x128 f16: 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N] takes
-    the columns on threadIdx.x (``coalesce_n``), 32 (else 16) threads along K and 16 bytes of K
-    each where at most 1/16 of K is padded (decoding's P . V, 32x1x128x4096: 0.08x cuBLAS on
-    batch_matmul.cuda, 1.53x now; docs/BENCHMARKS.md); a family's bucket kernel a K step that
-    divides its granule of K. Tiles are divisors, or round sizes where no divisor is useful
-    (``tile_of``: N = 4001 had one column a block, 0.12x cuBLAS); where they make no valid
-    config of the ``space``, ``padded_small_batch`` chooses tiles."""
+    """16-byte loads, 64 threads along K (two warps' shuffles plus one shared exchange) and 4
+    columns a block, all rows of M (<= 8) a thread; a short K more columns, up to 32 and 512
+    threads a block (blocks of 64 threads reading 1 KB each finished faster than the GPU
+    launched them: 32x1x4096x128 f16, 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N]:
+    columns on threadIdx.x (``coalesce_n``), 32 (else 16) K threads, 16 bytes of K each where
+    at most 1/16 of K is padded (P . V 32x1x128x4096: 0.08x cuBLAS on batch_matmul.cuda, 1.53x;
+    docs/BENCHMARKS.md); a bucket kernel a K step dividing its granule. Divisors, or round
+    sizes padded where none is useful (``tile_of``: N = 4001 had 1 column a block, 0.12x
+    cuBLAS); where that is no valid config of the ``space``, ``padded_small_batch``."""
     coalesce = _coalesce(wl, wl.N)  # (N > 1: the columns of a block can be more than one)
-    granule = space.facts.get("granule_k", 1) if space is not None else 1
+    symbolic = space is not None and space.facts.get("symbolic")
+    granule = space.facts.get("granule_k", 1) if symbolic else 1
     vec = math.gcd(wl.K, 16 // facts["dtype_bytes"])  # (a power of two)
-    if coalesce and granule not in (1, wl.K):  # (a K step dividing a bucket's granule: unpadded)
+    if coalesce and granule > 1:  # (a bucket kernel: a K step dividing its granule, unpadded)
         k = math.gcd(wl.K, granule)
         tx = 32 if k % 32 == 0 else 16 if k % 16 == 0 else largest_factor(k, 32)
         vec = math.gcd(k // tx, vec, 8)
@@ -519,10 +518,9 @@ def fallback_small_batch(wl, facts, space=None):
 def padded_small_batch(wl, facts, space) -> SmallBatchConfig:
     """The divisor rule's preferences (16-byte vectors, 64 threads along K, 4 columns, up to 8
     rows) without divisors: the first candidate the space accepts in the order of padded flops
-    (the padding of M and N counts; flops within 1/16 of the real ones apart count as equal, so
-    that 1008 of K = 1000 in 16 scalar steps does not beat 1024 in 64 x 4-wide ones), then of
-    that preference. All rows of a small M are one thread's, as the divisor rule has them; a
-    small N may be one block's."""
+    (M's and N's padding too; in sixteenths of the real flops, rounded up: an exact fit first,
+    then 1008 of K = 1000 in 16 scalar steps alike with 1024 in 64 x 4-wide ones), then of that
+    preference. All rows of a small M are one thread's; a small N may be one block's."""
     nbytes = facts["dtype_bytes"]
     tys = list(dict.fromkeys((4, 2, 8, 1, 16, 32) + ((wl.N,) if wl.N <= 32 else ())))
     yis = list(dict.fromkeys(((wl.M,) if wl.M <= 8 else ()) + (8, 4, 2, 1) +

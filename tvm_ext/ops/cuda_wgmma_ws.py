@@ -55,9 +55,8 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   (``mapa`` + ``mbarrier.arrive.shared::cluster``, CTA-scope release as CUTLASS's consumer
   release: the cluster-scope release cost 2x on 8192^3). A cluster barrier after the barriers'
   initialisation (``fence.mbarrier_init.release.cluster``) and one before exit (no CTA leaves
-  while the other may still arrive on its barriers). Measured no better on the H100 (0.93-0.98x
-  of the same config without on 8192^3, 0.99-1.05x on the attention scores), so the fallback
-  keeps ``cluster`` = 1.
+  while the other may still arrive on its barriers). Measured no better on the H100 (8192^3
+  0.93-0.98x of the same config without, attention scores 0.99-1.05x): ``cluster`` = 1 untuned.
 
 - **Stream-K** (``stream_k`` = w > 0; CUTLASS's data-parallel + stream-K hybrid). A persistent
   grid of one block an SM runs ``ceil(tiles / SMs)`` rounds of tiles, the last one partial:
