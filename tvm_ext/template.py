@@ -194,8 +194,8 @@ class Template:
     # family whose sizes of an axis are all multiples of g gets bucket kernels that pad only
     # for tiles that do not divide g (``tvm_ext.family``).
     granular: bool = False
-    # The accumulator dtype of its compute (workload -> dtype) where it is not the output's:
-    # a family's kernel of symbolic extents is computed on the family's operands with it.
+    # Without ``family_operands``: the accumulator dtype (workload -> dtype) of the plain
+    # matmul its family kernels compute, where it is not the output's (mma: f32).
     acc_dtype: Optional[Callable] = None
     # family -> None, or why its kernels of symbolic extents cannot serve that family (a
     # template whose kernels need every size a multiple of something); None: any family.
@@ -203,9 +203,8 @@ class Template:
     # Whether a kernel of a family ``family_check`` lets it serve takes any size of the axes
     # that vary (then it may be the family's generic kernel too).
     family_any_size: bool = False
-    # Whether its ``compute`` also takes the family's operands, ``compute(workload, config,
-    # A, B)``, for its kernel of symbolic extents (else: the plain matmul on them, its schedule
-    # padding to its tiles).
+    # Whether its ``compute(workload, config, A, B)`` takes the family's operands for its
+    # kernels of symbolic extents (else: the plain matmul on them, its schedule padding).
     family_operands: bool = False
 
     # Whether ``schedule`` works on a TensorIR matmul (a fused Relax function, MetaSchedule).

@@ -53,10 +53,10 @@ from .common import f32_acc_dtype, inline_consumer, inline_producer, matmul_comp
 from .common import pad_to_tiles
 
 
-def simt_compute(wl, cfg):
+def simt_compute(wl, cfg, A=None, B=None):
     """The plain matmul, accumulated in ``f32_acc_dtype`` (block "C_cast" where it differs
-    from the output's dtype, computed in the write-back)."""
-    return matmul_compute(wl, acc=f32_acc_dtype(wl))
+    from the output's dtype, computed in the write-back); on a family's operands A, B too."""
+    return matmul_compute(wl, A, B, acc=f32_acc_dtype(wl))
 
 
 @dataclass(frozen=True)
@@ -554,19 +554,19 @@ def _any_valid(space, wl):
 
 BATCH_MATMUL_CUDA = ScheduleTemplate(
     name="batch_matmul.cuda", op="batch_matmul", target_kind="cuda",
-    compute=simt_compute, acc_dtype=f32_acc_dtype, schedule=schedule_from_config,
+    compute=simt_compute, family_operands=True, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 # The same GEMM without the batch.
 DENSE_LARGE_BATCH_CUDA = ScheduleTemplate(
     name="dense_large_batch.cuda", op="dense", target_kind="cuda",
-    compute=simt_compute, acc_dtype=f32_acc_dtype, schedule=schedule_from_config,
+    compute=simt_compute, family_operands=True, schedule=schedule_from_config,
     fallback=lambda space, wl, facts: fallback_tiles(wl, facts, space),
     check=lambda wl, facts: None, dtypes=("float32", "float16"), symbolic=True)
 
 _SMALL_BATCH = dict(
-    target_kind="cuda", compute=simt_compute, acc_dtype=f32_acc_dtype,
+    target_kind="cuda", compute=simt_compute, family_operands=True,
     schedule=schedule_small_batch, dtypes=("float32", "float16"),
     fallback=lambda space, wl, facts: fallback_small_batch(wl, facts, space))
 
