@@ -180,7 +180,7 @@ def main(argv=None) -> int:
               "of the peak: median by median, best sample by best sample)")
         for row in rows:
             print(f"{row.name[:44]:<46} " + _shares(row))
-        for key in ("dense", "lm_head"):  # lm_head: N = 50257, a ragged last panel
+        for key in ("dense", "lm_head", "chain_mm2"):  # lm_head: a ragged last panel
             packed, peak_gflops = prepacked_rows(CPU_SUITE[key], shipped, args.repeat,
                                                  target=target, peak=peak)
             for name, ms in packed:  # (none where the config has no prepacked kernel)
