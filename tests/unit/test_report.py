@@ -88,6 +88,20 @@ def test_report_measures_best_fallback_and_numpy_here(cpu_report):
     assert "WRONG" not in out and "failed here" not in out  # both kernels checked right
 
 
+def test_a_best_record_of_the_fallbacks_config_is_timed_once(monkeypatch):
+    """A best record of the fallback's config is one kernel: built, timed once, said so."""
+    task = Task(WL, CPU, template="dense_pack.x86")
+    rec = record.Record(target_str(CPU), task.name, WL, task.fallback_config(),
+                        MeasureResult((1e-5,), 0, 0.1, 1.0))
+    built = []
+    build = Task.build
+    monkeypatch.setattr(Task, "build", lambda self, cfg: built.append(cfg) or build(self, cfg))
+    m = report.measure(WL, [rec], CPU, rounds=2)
+    assert m.tuned and built == [task.fallback_config()]
+    assert m.best_s == m.fallback_s > 0 and m.speedup == 1
+    assert "the best record is the fallback's own config" in "\n".join(m.lines())
+
+
 def test_no_measure_builds_nothing(cpu_log, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("--no-measure measured")
