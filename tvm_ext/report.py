@@ -331,18 +331,16 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
         out.notes.append(f"the record lacks {', '.join(choice.completed)}: completed from the "
                          "fallback")
     fallback_task = Task(wl, target, template=choice.template)
-    fallback = fallback_task.fallback_config()
     # the fallback's config as the best record (a --confirm's winner): one kernel, timed once
-    same = choice.tuned and choice.config == fallback
-    if same:
-        out.notes.append("the best record is the fallback's own config: one kernel, timed once")
+    same = choice.tuned and fallback_task.is_fallback(choice.config)
     dev = tvm.cuda(0) if cuda else tvm.cpu(0)
     inputs, check = seeded_data(wl, 0)
     args = [host_tensor(x, dev) for x in inputs]
     launches: Dict[str, Callable] = {}
     modules = {}
     for label, t, config in (("best", task, choice.config if choice.tuned else None),
-                             ("fallback", fallback_task, None if same else fallback)):
+                             ("fallback", fallback_task,
+                              None if same else fallback_task.fallback_config())):
         if config is None:
             continue
         try:
@@ -401,6 +399,8 @@ def measure(wl: Workload, records: Sequence[rec.Record], target, *,
             out.notes.append(f"{k} is noisy here: samples {min(v) * 1e3:.4g}-{max(v) * 1e3:.4g} "
                              "ms (a busy host? more --rounds)")
     out.best_s, out.fallback_s = med.get("best"), med.get("best" if same else "fallback")
+    if same and out.best_s:
+        out.notes.append("the best record is the fallback's own config: one kernel, timed once")
     out.vendor_s = med.get(out.vendor)
     return out
 
@@ -445,8 +445,9 @@ def report(path, *, target=None, measure_here: bool = True, rounds: int = ROUNDS
         f"{', '.join(targets)}" + (f"; {aside}" if aside else "")
         + ("" if measure_here else "; recorded figures only (--no-measure)"))
     if measure_here:
-        out("here: each workload's best and fallback built and timed in this process, in turn "
-            f"with the vendor library ({rounds} round{'s' if rounds != 1 else ''}, medians);")
+        out("here: each workload's best and fallback (once where they are one config) built and "
+            f"timed in this process, in turn with the vendor library ({rounds} "
+            f"round{'s' if rounds != 1 else ''}, medians);")
         out("  best/fallback = fallback time / best time, vendor/best = vendor time / best time "
             "(above 1: the tuned kernel is faster)")
     for g in groups:
