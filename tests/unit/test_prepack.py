@@ -58,6 +58,28 @@ def test_prepacked_kernel_numerics(layout, n):
         prepacked_kernel(odd, odd_task.config_with({"tile_y": [-1, 1, 8]}))
 
 
+def test_prefetch_batched_before_a_tiles_k_loop():
+    """Prefetches before a register tile's K loop; at every K step (in it) where a tile would
+    take over PREFETCH_BATCH lines. Both kernels answer as numpy."""
+    rng = np.random.default_rng(2)
+    for shape, (yo, yi, xo), in_k in (((48, 96, 40), (2, 8, 2), False),
+                                      ((16, 32, 512), (1, 16, 1), True)):
+        wl = Workload.create("dense", shape, layout="NT")
+        cfg = Task(wl, CPU, template="dense_pack.x86").config_with({
+            "tile_y": [-1, yo, yi], "tile_x": [-1, xo, 16], "tile_k": [-1, 4],
+            "tile_inner": [-1, 4]})
+        f = prepacked_kernel(wl, cfg)
+        lines = [(len(s) - len(s.lstrip()), s.split()[:2]) for s in f.script().splitlines()]
+        k0, q = (next(i for i, (_, w) in enumerate(lines) if w == ["for", v]) for v in ("k_0", "q"))
+        dk, dq = lines[k0][0], lines[q][0]
+        assert (q == k0 + 1 and dq > dk) if in_k else (q < k0 and dq == dk), shape
+        a, b = (rng.standard_normal(s).astype("float32") for s in (wl.a_shape, wl.b_shape))
+        out = tvm.runtime.empty(wl.out_shape, "float32", tvm.cpu())
+        compile_module(tvm.IRModule({"main": f}), CPU)["main"](
+            tvm.runtime.tensor(a), tvm.runtime.tensor(pack_weight(wl, b, 16)), out)
+        np.testing.assert_allclose(out.numpy(), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
 def _model(weight_const: bool, n: int = 96):
     rng = np.random.default_rng(1)
     w = rng.standard_normal((64, n)).astype("float32")

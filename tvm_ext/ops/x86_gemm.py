@@ -129,16 +129,20 @@ def prepacked_kernel(wl, cfg, lanes: int = 0, prefetch: bool = True):
 
 #: LLVM's locality of the prepacked kernel's prefetches: 2, into L2 (x86 prefetcht1)
 PREFETCH_LOCALITY = 2
+#: The most prefetches issued together before a register tile's K loop
+PREFETCH_BATCH = 64
 
 
 def _prefetch_next_panels(sch, wl, cfg):
-    """The scheduled prepacked kernel with, at each K step of a task (its ``ko`` loop), a
-    prefetch of the panels of the next column task (xo panels [K, xi], contiguous), one cache
-    line after another over the task's steps. Without them a task's first register tile
-    waits on memory for each panel line it reads first: on a 2-core Zen 5, lm_head
-    64x50257x768 with its weight prepacked ran at 80% of the FMA peak, 91% with them (dense
-    128x3072x768 90-95%, 96%; docs/BENCHMARKS.md). The tile accumulates in a
-    "local" copy (``in_place`` off): in C itself LLVM no longer kept it in registers."""
+    """The scheduled prepacked kernel with prefetches of the next column task's panels (xo
+    panels [K, xi], contiguous), one cache line after another over the task's register tiles:
+    a few before each tile's K loop (``ko``), or at each K step where a tile would take over
+    PREFETCH_BATCH lines. Without them a task's first tile waits on memory for each panel line
+    it reads first (lm_head 64x50257x768 on a 2-core Zen 5: 80% of the FMA peak, 91% with
+    them; docs/BENCHMARKS.md); at every K step of 1024x3072x1024's tasks (24 lines a tile)
+    they cost its 88% 10 points on an Intel core (``bench.peak --gemm``). The tile accumulates
+    in a "local" copy (``in_place`` off): in C, with a prefetch at every K step, LLVM no
+    longer kept it in registers."""
     from tvm import tirx  # noqa: PLC0415
 
     func = sch.mod["main"]
@@ -151,9 +155,12 @@ def _prefetch_next_panels(sch, wl, cfg):
     col_tasks = int(outer.extent) // row_tasks
     per_line = 64 // DTYPE_BYTES[wl.dtype]
     lines = -(-xo * K * xi // per_line)
-    steps = int(io.extent) * int(jo.extent) * int(ko.extent)
+    tiles = int(io.extent) * int(jo.extent)
+    batched = -(-lines // tiles) <= PREFETCH_BATCH  # else one or more at every K step
+    steps = tiles if batched else tiles * int(ko.extent)
     per_step = -(-lines // steps)
-    step = (io.loop_var * jo.extent + jo.loop_var) * ko.extent + ko.loop_var
+    step = io.loop_var * jo.extent + jo.loop_var
+    step = step if batched else step * ko.extent + ko.loop_var
     base = tirx.min(outer.loop_var // row_tasks + 1, col_tasks - 1) * (xo * K * xi)
 
     def prefetch(q):
@@ -167,7 +174,8 @@ def _prefetch_next_panels(sch, wl, cfg):
         if isinstance(stmt, tirx.For) and stmt.loop_var.same_as(ko.loop_var):
             q = tirx.Var("q", "int32")
             ahead = tirx.For(q, 0, per_step, tirx.ForKind.UNROLLED, prefetch(q))
-            return loop_with(stmt, tirx.SeqStmt([ahead, stmt.body]))
+            return tirx.SeqStmt([ahead, stmt]) if batched else \
+                loop_with(stmt, tirx.SeqStmt([ahead, stmt.body]))
         return rebuilt(stmt, insert)
     return func.with_body(insert(func.body))
 
@@ -811,14 +819,9 @@ MAX_STACK_ALLOCA = 1024
 def _in_place(sch, c, tile_bytes: int) -> bool:
     """Whether the register tile accumulates in the output C itself rather than in a "local"
     copy written back at the end: where nothing follows the matmul block (no crop of a padded
-    shape, no cast, no fused epilogue) and the tile is MAX_STACK_ALLOCA bytes or more. TVM puts
-    such a "local" tile (16 AVX-512 vectors: 4 x 64 floats) in a heap workspace, which LLVM
-    cannot keep in registers alone: every tile was zeroed there by a memset call and stored
-    there before its write-back. C, a noalias argument, LLVM keeps in registers across the
-    reduction (the tile's FMAs, then one vector store per accumulator). Since
-    ``codegen.stack_tiles`` keeps local tiles on the stack this is no longer needed for speed
-    (the bmm row's 4 x 64 record ran about as fast either way), but it stays: the shipped
-    records were measured with it."""
+    shape, no cast, no fused epilogue) and the tile is MAX_STACK_ALLOCA bytes or more (TVM put
+    such a "local" tile in a heap workspace, before ``codegen.stack_tiles``; C, a noalias
+    argument, LLVM keeps in registers). It stays: the shipped records were measured with it."""
     return tile_bytes >= MAX_STACK_ALLOCA and not sch.get_consumers(c)
 
 
@@ -1005,10 +1008,9 @@ DENSE_PACK_X86 = ScheduleTemplate(
 # x K, the weight its A, A its B; ``swapped``): it packs A into panels and broadcasts the
 # weight's rows from where they lie, so a weight much larger than A is read once, never
 # packed; its register tile is written back transposed, vectorised along C's rows. The packed
-# kernel packs the weight at every call, by register transposes where it is stored [N, K]:
-# per call, dense 128x3072x768 NT ran at 83.1-83.6% of the FMA peak that way and 91.2-93.1%
-# swapped, GPT-2's LM head 64x50257x768 at 69.7-71.0% and 85.8-91.2% (2-core Zen 5,
-# ``bench.peak --gemm``; docs/BENCHMARKS.md). It takes a weight stored [N, K] (NT, TT; a
+# kernel packs the weight at every call (dense 128x3072x768 NT: 83% of the FMA peak that way,
+# 91-93% swapped; GPT-2's LM head 64x50257x768 70% and 86-91%; 2-core Zen 5, ``bench.peak
+# --gemm``). It takes a weight stored [N, K] (NT, TT; a
 # [K, N] one packs by plain copies), an M of whole vectors and an N at least twice M: tuning
 # both on dense 1024x3072x1024 NN and ViT's 197x3072x768 NT, dense_pack.x86 won. Its knobs
 # are dense_pack.x86's on the view (``Template.view``): tile_y splits N, tile_x splits M.
