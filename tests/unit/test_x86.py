@@ -550,6 +550,24 @@ def test_the_fallback_pads_m_to_the_full_register_tile_where_that_adds_little():
         assert cfg["tile_y"].size[-1] == 4 and cfg.value("nt_store", 0) == 1, cfg
 
 
+def test_the_fallback_takes_a_padded_m_in_one_task_where_the_panels_give_the_tasks():
+    """A padded M (197 rows, a prime) whose column panels give the parallel tasks: all its row
+    tiles in one task (the space's ``whole_axis`` value), each panel of B packed once, not
+    16 tiles of 8 a task and a second task of 9 (``bench.shapes --only d8``, 500x500x500 NN,
+    the same case; docs/BENCHMARKS.md); a lone panel's M still splits for the tasks."""
+    for target in (AVX512, AVX2, "llvm"):
+        task = Task(Workload.create("dense", (197, 3072, 768), layout="NN"), target,
+                    template="dense_pack.x86")
+        cfg = task.fallback_config()
+        _, yo, yi = cfg["tile_y"].size
+        assert 197 % yi and yo == -(-197 // yi), cfg
+        assert not task.space.violations(cfg), cfg
+    _answers_as_numpy(task, cfg, task.build(cfg), np.random.default_rng(0))
+    lone = Task(Workload.create("dense", (197, 32, 768), layout="NN"), AVX512,
+                template="dense_pack.x86").fallback_config()
+    assert lone["tile_y"].size[1] * lone["tile_y"].size[2] < 197, lone
+
+
 def test_a_deep_k_packs_each_panel_of_b_once():
     """Where a column panel of B (K x xi) outgrows a core's L2, the fallback wants one task a
     core, not two: each task packs its panel, and dense 64x64x65536's rows split into two

@@ -159,12 +159,14 @@ class ConfigSpace:
         return knob
 
     def define_split(self, name, length, policy="factors", *, num_outputs=2, max_factor=None,
-                     filter=None, no_tail=None, candidate=None, extra_inner=()):
+                     filter=None, no_tail=None, candidate=None, extra_inner=(),
+                     whole_axis=False):
         if isinstance(filter, str):
             filter = self._entity_filter(name, filter)
         return self._add(SplitSpace(name, length, num_outputs=num_outputs, policy=policy,
                                     max_factor=max_factor, filter=filter, no_tail=no_tail,
-                                    candidate=candidate, extra_inner=extra_inner))
+                                    candidate=candidate, extra_inner=extra_inner,
+                                    whole_axis=whole_axis))
 
     def define_knob(self, name, candidate):
         return self._add(OtherOptionSpace(name, candidate))

@@ -192,12 +192,16 @@ class SplitSpace(KnobSpace):
     factors, power2, verbose, candidate). ``extra_inner``: sizes the innermost output may also
     take beside the policy's (a register tile's rows sized from the vector registers: 6 rows
     of two AVX2 vectors, which divide no power of two); their splits follow the policy's,
-    so every split the policy alone gives keeps its place."""
+    so every split the policy alone gives keeps its place. ``whole_axis`` (3 outputs): also,
+    after them, for each innermost size that does not divide the axis, the split whose middle
+    covers the whole padded axis, [-1, ceil(length / size), size] (no product of the
+    policy's factors does: 171 tiles of 6 rows for M = 1024)."""
 
     kind = "sp"
 
     def __init__(self, name, length, *, num_outputs=2, policy="factors", max_factor=None,
-                 filter=None, no_tail=None, candidate=None, extra_inner=()):
+                 filter=None, no_tail=None, candidate=None, extra_inner=(),
+                 whole_axis=False):
         length = int(length)
         if length < 1:
             raise SpaceError(f"split '{name}': axis length must be >= 1, got {length}")
@@ -245,6 +249,13 @@ class SplitSpace(KnobSpace):
                         continue
                     if length % prod == 0 or (not no_tail and prod < length):
                         entities.append(SplitEntity([-1] + list(combo[::-1])))
+        if whole_axis:
+            if num_outputs != 3:
+                raise SpaceError(f"split '{name}': whole_axis needs 3 outputs, got {num_outputs}")
+            for inner in sorted({e.size[-1] for e in entities if length % e.size[-1]}):
+                whole = SplitEntity([-1, -(-length // inner), inner])
+                if whole not in entities:
+                    entities.append(whole)
         if filter is not None:
             kept = [e for e in entities if filter(e)]
             if entities and not kept:

@@ -182,7 +182,8 @@ def _define_knob(space: ConfigSpace, k: Mapping[str, Any], names: Mapping[str, A
         space.define_split(name, axes[axis], k.get("policy", "factors"),
                            num_outputs=k.get("num_outputs", 2), max_factor=max_factor,
                            filter=k.get("filter"), no_tail=k.get("no_tail"),
-                           candidate=k.get("candidate"), extra_inner=extra)
+                           candidate=k.get("candidate"), extra_inner=extra,
+                           whole_axis=bool(k.get("whole_axis", False)))
     elif kind == "knob":
         cands = k.get("candidates")
         if not isinstance(cands, list):
