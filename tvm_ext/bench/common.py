@@ -23,8 +23,7 @@ class Row:
     recorded_ms: Optional[float] = None
     replay_ms: Optional[float] = None
     # CPU rows: the reference's best sample and ours, and the template's untuned kernel (tuned
-    # rows; ``fallback_same``: the record's config is the fallback's, so the two differ only
-    # by the host's noise).
+    # rows; ``fallback_same``: the record's config is the fallback's, timed once).
     ref_best_ms: Optional[float] = None
     fallback_ms: Optional[float] = None
     fallback_same: bool = False
@@ -94,7 +93,8 @@ def print_table(rows: List[Row], *, ref_name: str):
             extra += f"; vs {ref_name}'s best sample {r.ref_best_ms / r.ours_ms:.2f}"
         if r.fallback_ms is not None:
             extra += f"; tuned/fallback {r.fallback_ms / r.ours_ms:.2f}x" + (
-                " (one config: the record is the fallback's)" if r.fallback_same else "")
+                " (one config, timed once: the record is the fallback's)"
+                if r.fallback_same else "")
         if r.ms_ms is not None:
             extra += (f"; MetaSchedule {r.ms_ms:.4g} ms "
                       f"(MetaSchedule / ours {r.ms_ms / r.ours_ms:.2f})")

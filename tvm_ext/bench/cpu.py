@@ -136,8 +136,9 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
             np.testing.assert_allclose(ms_args[2].numpy(), args[2].numpy(), rtol=1e-3,
                                        atol=1e-3)
             calls["MetaSchedule"] = lambda: ms[name](*ms_args)
-        if k.choice.tuned:  # the untuned build of the same template, for the tuned/fallback
-            fb = build_fallback(k.task)
+        same = k.choice.tuned and k.task.is_fallback(k.choice.config)
+        if k.choice.tuned and not same:  # the same template's untuned build (tuned/fallback;
+            fb = build_fallback(k.task)  # a record of the fallback's config: one kernel)
             calls["fallback"] = lambda: fb(*args)
         others = [t.name for t in templates_for(wl, target)
                   if t.name in versus and t.name != k.task.name]
@@ -153,9 +154,9 @@ def run_cpu(suite, *, log: Optional[str], repeat: int, metaschedule: int = 0,
                   f"{k.task.name} " + ("tuned" if k.choice.tuned else "fallback"))
         row.ref_best_ms = float(np.min(samples["numpy"])) * 1e3
         row.ours_best_ms = float(np.min(samples["ours"])) * 1e3
-        if "fallback" in samples:
-            row.fallback_ms = median_ms(samples["fallback"])[0]
-            row.fallback_same = k.task.is_fallback(k.choice.config)
+        if "fallback" in samples or same:
+            row.fallback_ms = median_ms(samples["fallback" if not same else "ours"])[0]
+            row.fallback_same = same
         if "MetaSchedule" in samples:
             row.ms_ms = median_ms(samples["MetaSchedule"])[0]
         row.peak_gflops = peak_rates(peak, samples)
