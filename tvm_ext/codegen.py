@@ -9,10 +9,9 @@ only switch TVM reads) -- once, logged, and never over a mode the user chose.
 
 **Programmatic dependent launch** (PDL, sm_90): a kernel launched with it may start while the
 kernel before it in the stream is still finishing, and waits (``griddepcontrol.wait``) for that
-kernel's completion and memory before it touches global memory. Launch latency and the set-up of
-its blocks then overlap the previous kernel's tail, which cuBLAS's sm_90 kernels also use: for
-kernels of a few microseconds run back to back, the gap between kernels is a large part of the
-time.
+kernel's completion and memory before it touches global memory: launch latency and block set-up
+overlap the previous kernel's tail (as cuBLAS's sm_90 kernels do), much of the time of kernels
+of a few microseconds run back to back.
 
 ``with_dependent_launch`` takes a scheduled PrimFunc or one written with ``T.launch_thread``. At
 the start of every kernel (the body of the innermost thread binding of each top-level nest) it
@@ -43,8 +42,7 @@ a multiple of the tile's width) is written back under a predicate on each lane, 
 a vector loop with such a predicate into one guarded scalar store per element, in every tile of
 the kernel (LLVM makes masked stores of them on AVX-512, not on AVX2). A pass before TVM's
 lowering (``whole_vectors``) splits each such loop: whole vectors where every lane is inside,
-the guarded elements only where some are not (dense 257x509x131 on AVX2: docs/BENCHMARKS.md).
-Kernels of symbolic sizes are left as they are.
+the guarded elements only where some are not. Kernels of symbolic sizes are left as they are.
 """
 from __future__ import annotations
 

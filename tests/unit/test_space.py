@@ -122,21 +122,16 @@ def test_extra_inner_sizes_follow_the_policys_splits():
 
 
 def test_whole_axis_adds_the_split_that_covers_a_padded_axis():
-    """``whole_axis``: after the policy's and extra_inner's splits (their places kept), for each
-    innermost size that does not divide the axis, the split whose middle covers the whole
-    padded axis: 171 tiles of 6 rows on M = 1024, which no power of two gives (one task's
-    rows, each panel of B packed once); only for 3 outputs."""
-    plain = SplitSpace("t", 1024, num_outputs=3, policy="verbose", extra_inner=[6, 9])
-    whole = SplitSpace("t", 1024, num_outputs=3, policy="verbose", extra_inner=[6, 9],
-                       whole_axis=True)
-    sizes = [e.size for e in whole.entities]
-    assert sizes[:len(plain)] == [e.size for e in plain.entities]
-    assert sizes[len(plain):] == [[-1, 171, 6], [-1, 114, 9]]
+    """``whole_axis`` (3 outputs): after the other splits, for each innermost size that does not
+    divide the axis, [-1, ceil(length / size), size]: 171 tiles of 6 rows on M = 1024."""
+    kw = dict(num_outputs=3, policy="verbose", extra_inner=[6, 9])
+    plain = [e.size for e in SplitSpace("t", 1024, **kw).entities]
+    whole = SplitSpace("t", 1024, whole_axis=True, **kw)
+    assert [e.size for e in whole.entities] == plain + [[-1, 171, 6], [-1, 114, 9]]
     assert whole.entities[-2].resolved(1024) == [1, 171, 6]
     with pytest.raises(SpaceError, match="split 't': whole_axis needs 3 outputs, got 2"):
         SplitSpace("t", 1024, policy="verbose", extra_inner=[6], whole_axis=True)
-    # dense_pack.x86's rows (and dense_swap.x86's, the same space) on AVX2: 6 rows
-    from tvm_ext.task import Task
+    from tvm_ext.task import Task  # dense_pack.x86's rows on AVX2 (6 rows a register tile)
     from tvm_ext.workload import Workload
     task = Task(Workload.create("dense", (1024, 1024, 2048), layout="NN"),
                 {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}, template="dense_pack.x86")

@@ -551,10 +551,8 @@ def test_the_fallback_pads_m_to_the_full_register_tile_where_that_adds_little():
 
 
 def test_the_fallback_takes_a_padded_m_in_one_task_where_the_panels_give_the_tasks():
-    """A padded M (197 rows, a prime) whose column panels give the parallel tasks: all its row
-    tiles in one task (the space's ``whole_axis`` value), each panel of B packed once, not
-    16 tiles of 8 a task and a second task of 9 (``bench.shapes --only d8``, 500x500x500 NN,
-    the same case; docs/BENCHMARKS.md); a lone panel's M still splits for the tasks."""
+    """A padded M (197, a prime) whose column panels give the tasks: all its row tiles in one
+    task (``whole_axis``), each panel of B packed once; a lone panel's M still splits."""
     for target in (AVX512, AVX2, "llvm"):
         task = Task(Workload.create("dense", (197, 3072, 768), layout="NN"), target,
                     template="dense_pack.x86")

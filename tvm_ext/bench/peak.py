@@ -1,32 +1,17 @@
 """The host's measured FMA peak: ``python -m tvm_ext.bench.peak``.
 
-A kernel that does nothing but fused multiply-adds on registers, the way the GEMM micro-kernels do
-at best: every thread keeps ``chains`` vector accumulators (independent chains, enough to cover the
-FMA latency on every FMA unit), and each step adds one broadcast operand times one loop-invariant
-vector to each of them (one load per ``chains`` FMAs, every other operand in a register: ``chains``
-+ 2 vector registers). One parallel task per thread, built by TVM for this host like our kernels
-(``-mcpu`` from the host, TVM's pool with ``use_host_cores`` threads). Its GFLOP/s is the ceiling
-the GEMM rows of the CPU bench are compared with, sampled in turn with them (``cpu.PEAK``).
-``--gemm``: the bench's large rows as a share of it, ours and numpy's (and the dense row's kernel
-with its weight packed at every call and packed once ahead, as a constant weight of a Relax model
-is: ``prepacked_rows``; and the time that only writing each row's output takes: ``store_floor``,
-the row's floor wherever it is bound by its stores, as the bmm row's 100 MB output of 64-deep sums
-is). ``--gemv``: the matrix-vector row against the time that only reading its weight takes
-(``read_kernel``), sampled in turn with numpy's and ours: a row that reads each weight element once
-for one FMA is bound by the memory, not by the FMAs; then each timed call by call after 200 calls
-of its own (``warm_rows``: a weight the size of the last-level cache stays there in part).
-``--weights``: the dense row's kernel on the same M and K with N from 256 to 6144 columns, its
-weight packed at every call and packed ahead, in turn (``weight_sweep``): its share of the peak
-as its weight outgrows the caches. ``--ladder``: each large row's micro-kernel (its config's
-register tile and K step) with its operands at two distances, beside the row's kernel, in turn
-(``ladder``): A and B in L1, and A's rows read from memory as the row's kernel reads them.
-
-    python -m tvm_ext.bench.peak [--steps 200000] [--gemm] [--gemv] [--weights] [--ladder]
-        [--target T]
-
-``--target``: an llvm target to build every kernel for instead of the host's (AVX2 code on an
-AVX-512 host: ``'{"kind": "llvm", "mcpu": "znver3", "num-cores": 2}'``), its peak kernel of that
-target's vectors and registers, as the CPU bench's ``--target``.
+A kernel that does nothing but fused multiply-adds on registers, as the GEMM micro-kernels do at
+best: every thread keeps ``chains`` vector accumulators (enough to cover the FMA latency on every
+FMA unit), each step adding one broadcast operand times one loop-invariant vector to each (one
+load per ``chains`` FMAs). One parallel task per thread, built by TVM for this host like our
+kernels (``use_host_cores`` threads). Its GFLOP/s is the ceiling the CPU bench's GEMM rows are
+compared with, sampled in turn with them (``cpu.PEAK``): ``--gemm`` (the large rows, ours and
+numpy's; ``prepacked_rows``; ``store_floor``, the time that only writing a row's output takes,
+the floor of a row bound by its stores, as bmm's 100 MB of 64-deep sums), ``--gemv``
+(``read_kernel``: the time that only reading the weight takes, which bounds a row of one FMA a
+weight element; ``warm_rows``), ``--weights`` (``weight_sweep``), ``--ladder`` (``ladder``).
+``--target``: an llvm target to build for instead of the host's (AVX2 code on an AVX-512 host),
+as the CPU bench's ``--target``.
 """
 from __future__ import annotations
 

@@ -78,10 +78,9 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   assumes the grid's blocks can all be resident at once). A first small kernel zeroes the
   flags (the workspace is TVM's, not kept between calls). Per consumer warpgroup: each
   takes its own 64 rows, slot and flag. Cooperative consumers of one CTA only (not pingpong,
-  not clusters). Measured on the H100: 8192^3 f16 NT 0.6-3% faster (NN 3.5% slower); under
-  ncu the SMs' busy cycles even out, but the card, at its power limit, clocks 2-4% lower and L2
-  serves 36% more read sectors (not explained); 1024^3 (every tile shared) 2.3x slower (the
-  full account at cd47a06). The fallback keeps ``stream_k`` = 0; records choose it.
+  not clusters). Measured on the H100: 8192^3 f16 NT 0.6-3% faster (NN 3.5% slower), 1024^3
+  (every tile shared) 2.3x slower (the ncu account at cd47a06). The fallback keeps
+  ``stream_k`` = 0; records choose it.
 
 The mbarrier phases come from one running count of K steps per block (``g``): slot ``g %
 stages``, phase ``g // stages % 2``; the producer's first pass over the ring waits on the

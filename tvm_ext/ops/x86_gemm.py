@@ -137,10 +137,9 @@ def _prefetch_next_panels(sch, wl, cfg):
     """The scheduled prepacked kernel with prefetches of the next column task's panels (xo
     panels [K, xi], contiguous), one cache line after another over the task's register tiles:
     a few before each tile's K loop (``ko``), or at each K step where a tile would take over
-    PREFETCH_BATCH lines. Without them a task's first tile waits on memory for each panel line
-    it reads first (lm_head 64x50257x768 on a 2-core Zen 5: 80% of the FMA peak, 91% with
-    them; docs/BENCHMARKS.md); at every K step of 1024x3072x1024's tasks (24 lines a tile)
-    they cost its 88% 10 points on an Intel core (``bench.peak --gemm``). The tile accumulates
+    PREFETCH_BATCH lines. Without them a task's first tile waits on memory for its panel
+    (lm_head on Zen 5: 80% of the FMA peak, 91% with them); at every K step of gemm2's tasks
+    they cost 10 points on an Intel core (``bench.peak --gemm``). The tile accumulates
     in a "local" copy (``in_place`` off): in C, with a prefetch at every K step, LLVM no
     longer kept it in registers."""
     from tvm import tirx  # noqa: PLC0415
@@ -296,8 +295,7 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
             # by element, in B's order (``_edge_transposed_pack``, below). Else in a vector
             # loop: along K (rows of B loaded whole, their values stored a panel row apart)
             # while a task's panel fits in L1; across the panel's width (gathered loads, whole
-            # stores) where it does not (dense 64x50257x768's fallback: 72.0 ms before both,
-            # 33.9 ms after; docs/BENCHMARKS.md).
+            # stores) where it does not (lm_head's fallback: 72.0 -> 33.9 ms).
             whole = _whole_tasks(sch.get(sch.get_loops(c)[-2]).extent, xo, xi)
             transposable = _panel_loops(sch, pack, wl, xi, lanes) and whole
             edge = not transposable and _edge_packable(wl, xi, lanes) and all(
@@ -371,8 +369,8 @@ def schedule_packed_gemm(sch, wl, tile_y: Sequence[int], tile_x: Sequence[int],
 def vectorize_lanes(sch, loop, lanes: int):
     """Vectorize ``loop``; one of a whole number of vectors that is not a power of two (3:
     48 f32 lanes on AVX-512, 24 on AVX2; 5, 6, 7) as that many vector loops, unrolled. LLVM
-    legalizes a <48 x float> by moving single elements through the stack: the 8 x 48 register
-    tile of dense 128x3072x768 NT ran 23 ms against 3.3 for 8 x 32 (docs/BENCHMARKS.md)."""
+    legalizes a <48 x float> by moving single elements through the stack (23 ms against 3.3
+    for 8 x 32 on dense 128x3072x768 NT)."""
     from tvm import tirx  # noqa: PLC0415
 
     extent = sch.get(loop).extent
@@ -412,8 +410,7 @@ def _split_off_tail(sch, c, wl, tile_y, tile_x, ki: int, lanes: int):
     """Split the plain compute's matmul block ``c`` along N into the columns its tasks cover
     whole (block ``C_j0``: B not padded, so packed by register transposes) and the few after
     them (``C_j1``, returned; None where nothing is split). Padding B instead made the whole
-    weight pack through the gathering loop: the CPU bench's GPT-2 LM head, dense 64x50257x768
-    NT, ran 32.25 ms that way and 21.2 ms split (0.95x -> 1.48x numpy; docs/BENCHMARKS.md). Only
+    weight pack through the gathering loop (lm_head: 0.95x -> 1.48x numpy split). Only
     where nothing else is padded (M, K and the main part's N divide the tiles: ``pad_einsum``
     does not take a partitioned block), the tail is at most ``TAIL_SHARE`` of N, and nothing
     follows the matmul (a fused epilogue needs one producer)."""
@@ -496,9 +493,7 @@ def _clamp_padded(sch, c, name: str, row: int):
     0)`` (the inlined pad) becomes ``A[min(i, M - 1), k]``, so that the micro-kernel (for A)
     or the pack (for B) has no branch per element (LLVM cannot turn a guarded load into a
     select); the padded rows and columns of C are cropped, never written, so what they hold
-    does not matter. A padded K keeps its zeros (an inf times a zero would be a NaN).
-    Measured on dense 197x3072x768 NT (CPU suite row ``odd_m``) and 64x50257x768 (``lm_head``,
-    GPT-2's vocabulary: its weight's pack) (docs/BENCHMARKS.md)."""
+    does not matter. A padded K keeps its zeros (an inf times a zero would be a NaN)."""
     from tvm import tirx  # noqa: PLC0415
     from tvm.ir import Call, TensorLoad  # noqa: PLC0415
 
@@ -573,9 +568,8 @@ def _transposed_pack(sch, pack, outer, wl, lanes: int) -> bool:
     (``x86_intrin.transpose_intrin``: lanes row loads along K, shuffles, lanes row stores)
     instead of a vector loop over the panel's width, which LLVM builds from scalar loads at a
     stride of K. Where the panel's width and its K are whole blocks (the packed compute, or
-    the plain one whose B is not padded: ``_panel_loops``); returns whether it did. With it
-    (and its record re-tuned) the CPU bench's dense 128x3072x768 NT row went from 1.16x to
-    1.31-1.34x numpy (docs/BENCHMARKS.md)."""
+    the plain one whose B is not padded: ``_panel_loops``); returns whether it did (the
+    dense row: 1.16x -> 1.31-1.34x numpy)."""
     from tvm import tirx  # noqa: PLC0415
 
     from .x86_intrin import transpose_intrin, transpose_ir  # noqa: PLC0415
@@ -652,7 +646,7 @@ def _edge_transposed_pack(sch, pack, outer, wl, xi: int, lanes: int) -> bool:
     edges: the blocks of rows past N (the last panel only) and the columns past K's whole
     blocks; also under a ragged last task's predicate where it only drops rows past B
     (``_holds_inside``). As one vector loop along K, LLVM built the padded pack from a scalar
-    load and a scalar store per element (docs/BENCHMARKS.md). Rewrites the pack's loops under
+    load and store per element. Rewrites the pack's loops under
     ``outer`` (B's order: the task's rows of B, a whole number of panels, then K) in the
     schedule's state; returns whether it did."""
     from tvm import ir, s_tir, tirx  # noqa: PLC0415
@@ -802,8 +796,7 @@ def _nt_write_back(sch, row, outer, wl, xi: int, lanes: int):
     """The register tile's write-back (its vectorised ``row`` loop; the tile in a "local" copy,
     kept in registers by ``codegen.stack_tiles`` whatever its size) by
     ``x86_intrin.nt_store_intrin``: non-temporal stores, which send C to memory without first
-    reading each of its lines (the bmm row of the CPU bench, 100 MB of C for 64-deep sums: its
-    fallback from 18.1 to 15.1 ms on a 2-core Zen 4, docs/BENCHMARKS.md), the tasks of
+    reading each of its lines (the bmm row's 100 MB of C: 18.1 -> 15.1 ms on Zen 4), the tasks of
     ``outer`` ended by a fence (``x86_intrin.FENCE_TASKS``). ``_check_nt_store`` first."""
     from .x86_intrin import FENCE_TASKS, nt_store_intrin, nt_store_ir  # noqa: PLC0415
     sch.tensorize(row, nt_store_intrin(wl.out_dtype, xi))
@@ -850,10 +843,8 @@ def fallback_tiles(wl, facts, pad_m: bool = True):
     if 2 * yi <= rows and wl.M > rows:  # few rows divide M: pad it to the register tile
         yi = rows
     elif pad_m and yi < rows and -(-wl.M // rows) * rows - wl.M <= wl.M // PAD_SHARE:
-        # the full register tile where it pads M by little: 6 rows of two AVX2 vectors (12
-        # accumulators) on M = 1024 (1026 rows) ran 6% and 11% faster than the 4 that divide
-        # it (dense 1024x1024x2048 and 1024x3072x1024 NN, 2-core Zen 4, AVX2 code, in turn;
-        # docs/BENCHMARKS.md)
+        # the full register tile where it pads M by little: 6 rows of two AVX2 vectors on
+        # M = 1024 ran 6% and 11% faster than the 4 that divide it (gemm1, gemm2 on Zen 4)
         yi = rows
     ki = largest_factor(wl.K, 4)  # a prime K: see _padded_k
     col_tiles = -(-wl.N // xi)
@@ -923,10 +914,9 @@ def _fallback(space, padded, whole):
     divide M) with C written by non-temporal stores wherever the space's rule allows that (C
     larger than the last-level cache, which it goes out to whatever the kernel does; whole
     vector rows of an unpadded C; nothing after the matmul), else ``padded`` (the full
-    register tile where it pads M by little, ``fallback_tiles``) with ordinary stores. On bmm
-    24x2048x512x64 NT (100 MB of C; AVX2 code, 2-core Zen 4) 4 rows with non-temporal stores
-    ran 8% faster than 6 padded rows, and 6 padded rows 2% faster than 4 without them
-    (docs/BENCHMARKS.md)."""
+    register tile where it pads M by little, ``fallback_tiles``) with ordinary stores (the bmm
+    row on Zen 4: 4 rows with them 8% faster than 6 padded rows, those 2% faster than 4
+    without)."""
     streamed = _if_allowed(space, _padded_k(space, {**whole, "nt_store": 0}), {"nt_store": 1})
     if streamed["nt_store"]:
         return streamed
@@ -986,11 +976,10 @@ def _dense_values(wl, t, tasks: int = 1):
     rows = -(-wl.M // t["yi"])
     yo = rows // t["yt"]
     if wl.M % t["yi"]:  # a padded M: ``tasks`` parallel tasks or more with the column
-        # panels (GPT-2's LM head swapped, 50257 rows, 2 panels, was 4 tasks: 19.11 ms on 16
-        # cores against 4.56 tuned, Emerald Rapids VM); all its row tiles in one task where
-        # the panels give the tasks (the space's ``whole_axis``: each panel packed once;
-        # 100x4096x1024 NN 50% -> 62% of the FMA peak, on an Intel core), else a power of
-        # two of them within M (the last task takes the rest)
+        # panels (GPT-2's LM head swapped, 2 panels, was 4 tasks: 19.11 ms on 16 cores, 4.56
+        # tuned); all its row tiles in one task where the panels give the tasks (``whole_axis``:
+        # each panel packed once; ``bench.shapes --only d8`` 0.92 -> 1.04x numpy), else a power
+        # of two of them within M (the last task takes the rest)
         yo = max(1, min(yo, rows // -(-tasks // -(-wl.N // t["xi"]))))
         if yo < rows:
             yo = 1 << (yo.bit_length() - 1)

@@ -192,10 +192,9 @@ class SplitSpace(KnobSpace):
     factors, power2, verbose, candidate). ``extra_inner``: sizes the innermost output may also
     take beside the policy's (a register tile's rows sized from the vector registers: 6 rows
     of two AVX2 vectors, which divide no power of two); their splits follow the policy's,
-    so every split the policy alone gives keeps its place. ``whole_axis`` (3 outputs): also,
-    after them, for each innermost size that does not divide the axis, the split whose middle
-    covers the whole padded axis, [-1, ceil(length / size), size] (no product of the
-    policy's factors does: 171 tiles of 6 rows for M = 1024)."""
+    so every split the policy alone gives keeps its place. ``whole_axis`` (3 outputs): then,
+    for each innermost size that does not divide the axis, [-1, ceil(length / size), size]:
+    the whole padded axis in one outer tile (171 tiles of 6 rows for M = 1024)."""
 
     kind = "sp"
 
