@@ -976,10 +976,10 @@ def _dense_values(wl, t, tasks: int = 1):
     rows = -(-wl.M // t["yi"])
     yo = rows // t["yt"]
     if wl.M % t["yi"]:  # a padded M: ``tasks`` parallel tasks or more with the column
-        # panels (GPT-2's LM head swapped, 2 panels, was 4 tasks: 19.11 ms on 16 cores, 4.56
-        # tuned); all its row tiles in one task where the panels give the tasks (``whole_axis``:
-        # each panel packed once; ``bench.shapes --only d8`` 0.92 -> 1.04x numpy), else a power
-        # of two of them within M (the last task takes the rest)
+        # panels (GPT-2's LM head swapped: 2 panels, 4 tasks); all its row tiles in one task
+        # where the panels give the tasks (``whole_axis``: each panel packed once; ``bench.shapes
+        # --only d8`` 0.92 -> 1.04x numpy), else a power of two of them within M (the last task
+        # takes the rest)
         yo = max(1, min(yo, rows // -(-tasks // -(-wl.N // t["xi"]))))
         if yo < rows:
             yo = 1 << (yo.bit_length() - 1)

@@ -253,7 +253,7 @@ class SplitSpace(KnobSpace):
                 raise SpaceError(f"split '{name}': whole_axis needs 3 outputs, got {num_outputs}")
             for inner in sorted({e.size[-1] for e in entities if length % e.size[-1]}):
                 whole = SplitEntity([-1, -(-length // inner), inner])
-                if whole not in entities:
+                if whole.size[1] <= max_factor and whole not in entities:
                     entities.append(whole)
         if filter is not None:
             kept = [e for e in entities if filter(e)]
