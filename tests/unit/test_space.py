@@ -144,7 +144,7 @@ def test_x86_spaces_offer_register_tiles_sized_from_the_registers():
     """6 rows of two AVX2 vectors (BLIS's 6 x 16; 12 accumulators, two B vectors and a
     broadcast in 16 registers) are in the space of a power-of-two M, on both templates."""
     facts = {"vector_lanes": 8, "vector_registers": 16, "num_cores": 2, "dtype_bytes": 4,
-             "l3_bytes": 32 << 20, "epilogue": "", "dtype": "float32", "out_dtype": "float32",
+             "l2_bytes": 1 << 20, "epilogue": "", "dtype": "float32", "out_dtype": "float32",
              "symbolic": 0, "followed": 0}
     for template, axes in (("batch_matmul.x86", {"B": 2, "M": 1024, "N": 256, "K": 64}),
                            ("dense_pack.x86", {"B": 1, "M": 1024, "N": 256, "K": 64})):
@@ -159,7 +159,7 @@ def test_x86_spaces_offer_register_tiles_sized_from_the_registers():
 def test_shipped_space_files_build():
     spec = load_space_spec("batch_matmul.x86")
     facts = {"vector_lanes": 16, "vector_registers": 32, "num_cores": 2, "dtype_bytes": 4,
-             "l3_bytes": 32 << 20, "epilogue": "", "dtype": "float32", "out_dtype": "float32",
+             "l2_bytes": 1 << 20, "epilogue": "", "dtype": "float32", "out_dtype": "float32",
              "symbolic": 0, "followed": 0}  # as Task.space's
     space = build_space(spec, {"B": 4, "M": 256, "N": 256, "K": 256}, facts)
     assert list(space.knobs)[:3] == ["tile_y", "tile_x", "tile_k"]  # TVM <= 0.19's knobs first

@@ -148,12 +148,12 @@ def test_an_anchor_record_that_stores_non_temporally_is_not_built_into_a_fused_f
     """An anchor matmul's record with ``nt_store`` = 1 (C written by non-temporal stores, which
     needs a matmul that nothing follows) is passed over for a fused function whose matmul is
     followed by an op we cannot name, with the reason in the report; the function takes the
-    fallback, with ordinary stores, and is right. (Tasks see a last-level cache of 1 KB, so
-    that this small C may take the stores.)"""
+    fallback, with ordinary stores, and is right. (Tasks see an L3 of 1 KB and L2s of 256
+    bytes, so that this small C may take the stores.)"""
     import tvm_ext.task
     facts = tvm_ext.task.hardware_facts
     monkeypatch.setattr(tvm_ext.task, "hardware_facts",
-                        lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024})
+                        lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024, "l2_bytes": 256})
     mod = _sin_of_matmul()
     (wl, _), = extract_tasks(mod, CPU, subgraphs=True)
     task = Task(wl, CPU, template="dense_pack.x86")  # (the template a fused function takes)

@@ -611,12 +611,12 @@ def test_the_fallback_walks_panels_in_runs_where_c_streams_to_memory():
 
 @pytest.fixture
 def small_l3(monkeypatch):
-    """Tasks made in the test see a last-level cache of 1 KB: their small C counts as one
-    that outgrows it (``nt_store`` needs that)."""
+    """Tasks made in the test see an L3 of 1 KB and L2s of 256 bytes: their small C counts
+    as one that outgrows them (``nt_store`` needs that)."""
     import tvm_ext.task
     facts = tvm_ext.task.hardware_facts
-    monkeypatch.setattr(tvm_ext.task, "hardware_facts",
-                        lambda *a, **k: {**facts(*a, **k), "l3_bytes": 1024})
+    monkeypatch.setattr(tvm_ext.task, "hardware_facts", lambda *a, **k: {
+        **facts(*a, **k), "l3_bytes": 1024, "l2_bytes": 256})
 
 
 def _host_tile(task, vectors: int):
@@ -718,7 +718,7 @@ def test_nt_store_is_refused_where_c_is_not_written_whole(small_l3, monkeypatch)
     (its crop in the write-back) and an epilogue after the matmul break the space's rule,
     named; a config that asks for them anyway fails to build (``InstantiationError`` naming
     nt_store), never a kernel built without the stores and taken for the config. A C that
-    fits in the last-level cache breaks the rule too (it stays there for the next op)."""
+    fits in the cores' L2 breaks the rule too (it stays there for the next op)."""
     from tvm_ext.task import InstantiationError
     wl = Workload.create("batch_matmul", (2, 18, 64, 24), layout="NT")
     task = Task(wl, "llvm", template="batch_matmul.x86")
@@ -735,13 +735,14 @@ def test_nt_store_is_refused_where_c_is_not_written_whole(small_l3, monkeypatch)
     monkeypatch.undo()  # the host's own last-level cache: far more than this C
     fits = Task(Workload.create("batch_matmul", (2, 16, 64, 24), layout="NT"), "llvm",
                 template="batch_matmul.x86")
-    assert any("larger than the last-level cache" in v
+    assert any("larger than the cores' L2" in v
                for v in fits.space.violations(fits.space.config_from_values(values)))
 
 
 def test_the_fallback_stores_non_temporally_where_c_outgrows_the_last_level_cache():
     """Both x86 GEMM templates' fallbacks take ``nt_store`` where C is larger than the L3 and
-    the tiles allow it (the bmm row's 100 MB of C), not where C fits in it."""
+    the tiles allow it (the bmm row's 100 MB of C), not where C fits in it; the space offers
+    it from the cores' L2s up (the tuner measures it)."""
     big = Task(Workload.create("batch_matmul", (24, 2048, 512, 64), layout="NT"), AVX512)
     dense = Task(Workload.create("dense", (8192, 4096, 256), layout="NT"), AVX512)
     small = Task(Workload.create("batch_matmul", (64, 64, 64, 64)), AVX512)
@@ -750,6 +751,13 @@ def test_the_fallback_stores_non_temporally_where_c_outgrows_the_last_level_cach
     for task, nt in ((big, 1), (dense, 1), (small, 0)):
         cfg = task.fallback_config()
         assert cfg["nt_store"].val == nt and task.space.is_valid(cfg), (task, cfg)
+    between = Task(Workload.create("batch_matmul", (24, 2048, 512, 64), layout="NT"), AVX512)
+    between.facts = {**between.facts, "l3_bytes": 480 << 20}  # (the VM's)
+    assert between.facts["l2_bytes"] * 2 < 100 << 20
+    cfg = between.fallback_config()
+    assert cfg["nt_store"].val == 0 and between.space.is_valid(cfg), cfg
+    values = {**cfg.values_dict(), "tile_y": [-1, 8], "tile_inner": [-1, 8], "nt_store": 1}
+    assert between.space.is_valid(between.space.config_from_values(values))
 
 
 def test_a_kernel_looks_its_entry_up_once():

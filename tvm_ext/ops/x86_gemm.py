@@ -909,16 +909,16 @@ def _padded_k(space, values):
     return _if_allowed(space, values, {"tile_k": [-1, 4]})
 
 
-def _fallback(space, padded, whole):
+def _fallback(space, wl, facts, padded, whole):
     """A fallback's values, K padded (``_padded_k``): ``whole`` (its register tile's rows
-    divide M) with C written by non-temporal stores wherever the space's rule allows that (C
-    larger than the last-level cache, which it goes out to whatever the kernel does; whole
-    vector rows of an unpadded C; nothing after the matmul), else ``padded`` (the full
-    register tile where it pads M by little, ``fallback_tiles``) with ordinary stores (the bmm
-    row on Zen 4: 4 rows with them 8% faster than 6 padded rows, those 2% faster than 4
-    without)."""
+    divide M) with non-temporal stores where C outgrows the last-level cache (the space offers
+    them from the cores' L2s up, for the tuner) and the space allows them, else ``padded``
+    (the full register tile where it pads M by little, ``fallback_tiles``) with ordinary stores
+    (the bmm row on Zen 4: 4 rows with them 8% faster than 6 padded rows, those 2% faster than
+    4 without)."""
     streamed = _if_allowed(space, _padded_k(space, {**whole, "nt_store": 0}), {"nt_store": 1})
-    if streamed["nt_store"]:
+    if streamed["nt_store"] and \
+            wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] > facts["l3_bytes"]:
         return streamed
     return _padded_k(space, {**padded, "nt_store": 0})
 
@@ -932,8 +932,8 @@ C_RUN_BYTES = 256
 
 
 def _bmm_fallback(space, wl, facts):
-    return _fallback(space, *(_bmm_values(wl, facts, fallback_tiles(wl, facts, pad_m))
-                              for pad_m in (True, False)))
+    return _fallback(space, wl, facts, *(
+        _bmm_values(wl, facts, fallback_tiles(wl, facts, pad_m)) for pad_m in (True, False)))
 
 
 def _bmm_values(wl, facts, t):
@@ -967,9 +967,9 @@ def _dense_schedule(sch, cfg, wl, facts, transposed: bool = False):
 
 
 def _dense_fallback(space, wl, facts):
-    return _fallback(space, *(_dense_values(wl, fallback_tiles(wl, facts, pad_m),
-                                            2 * facts["num_cores"])
-                              for pad_m in (True, False)))
+    return _fallback(space, wl, facts, *(_dense_values(wl, fallback_tiles(wl, facts, pad_m),
+                                                       2 * facts["num_cores"])
+                                         for pad_m in (True, False)))
 
 
 def _dense_values(wl, t, tasks: int = 1):
