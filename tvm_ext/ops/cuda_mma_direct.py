@@ -29,13 +29,9 @@ Scope: both operands K-major (dense NT: A [M, K], B [N, K]; batch_matmul NT), f1
 f32 or the input dtype (f32 accumulation), int8 -> int32; M a multiple of the block's rows, N
 of its columns, K of 64 bytes x ``slice_k`` x ``unroll``; no shape families.
 
-Measured (docs/BENCHMARKS.md, H100, XGB 24 trials a shape): as the tuner times them, 512x16x512
-and 512x32x512 f16 1.27 / 1.42 us against the mma template's records' 1.41 / 1.47; in the GPU
-suite, in turn with cuBLAS, 2.07-2.09x and 2.10-2.12x against 2.01-2.03x for the mma fallback
-(those two records are shipped). Slower than the mma records on 512x64x512 f16 and int8, 512x32
-int8 and dense 16x4096x4096 (9.9 us against split-K's 9.1); on 512x16x512 int8 faster as the
-tuner times it (1.22 against 1.27 us) but not in the suite's process (2.40-2.51x against the
-fallback's 2.48-2.52x): no record. Priority 0: it runs where a record names it.
+Measured (docs/BENCHMARKS.md, H100): faster than the mma template on 512x16x512 and 512x32x512
+f16 (2.07-2.12x cuBLAS against 2.01-2.03x; those two records are shipped), slower on the other
+small rows. Priority 0: it runs where a record names it.
 """
 from __future__ import annotations
 

@@ -29,13 +29,12 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
 - **The FMAs** of a k step: the outer product of the 8 A and ``thread_n`` B fragments, row
   by row; ``serpentine`` = 1 runs odd rows right to left (CUTLASS's order: the B register of
   one row's last FMA is the next row's first, from the operand reuse cache), which cut the
-  dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS);
-  column by column and two rows at a time were slower (commit 8ebd700, docs/BENCHMARKS.md).
+  dispatch stalls of register-bank conflicts (8192^3 on the H100: 0.87x -> 0.91x of cuBLAS;
+  other orders were slower: 8ebd700).
 - ``spread``: ptxas issues a k step's six ``LDS.128`` back to back ahead of its FMAs, and ncu
   counts 10x cuBLAS's "wait" stalls at 8192^3; ``spread`` = 2 loads the words two at a time,
   each pair after a row of FMAs and a ``__syncwarp()`` (above which ptxas does not move shared
-  loads). On the H100 the wait stalls fell from 0.10 to 0.06 an instruction, the times did not
-  change (docs/BENCHMARKS.md).
+  loads). On the H100 it cut the wait stalls, not the times.
 - Not ``cp.async``: a ring of 2 to 4 shared buffers filled by cp.async was slower on every
   H100 row (8192^3 0.84-0.86x of cuBLAS against 0.92x; commit e2a339d) and was removed.
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
@@ -56,8 +55,7 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   the other has read it. No workspace, no second kernel: twice the CTAs even out a partial
   last wave (the block's projections at batch 8, 1024 x 768: 192 tiles of 64 x 64 put two on
   60 SMs and one on 72, 384 CTAs three on 120; H200, the down projection 0.72x -> 0.95x
-  cuBLAS, q/k/v/o 0.94x -> 1.14x). Clusters of 4 (tried on the H200) beat the best config
-  without them on one row of four, by 2%, and lost on the others: not offered.
+  cuBLAS, q/k/v/o 0.94x -> 1.14x). Clusters of 4 (H200) won one row of four by 2%: not offered.
 - **Launch order**: one block per tile, ``raster`` M tiles side by side (``grouped_tile``)
   so that a wave's B tiles are shared in L2.
 - A subgraph task's elementwise epilogue is computed in the write-back (16-byte stores of C).
@@ -65,10 +63,7 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
 Scope: f32 in and out (the f32 rows of the GPU suite), the 4 layouts, M, N and K multiples of
 the tiles (no guarded kernel: other shapes keep the TensorIR templates), M >= 128.
 
-Measured (docs/BENCHMARKS.md, H100, against cuBLAS in one process): the seed bmm
-24x16384x512x64 1.20x, 1024^3 1.04x, 8192^3 0.92x; ncu puts the last one's gap in the issue
-rate (79% of the slots against cuBLAS's 91%, the same instruction count), mostly dispatch
-stalls.
+Measured (docs/BENCHMARKS.md, H100): 8192^3 0.92x cuBLAS, the gap in the issue rate.
 """
 from __future__ import annotations
 

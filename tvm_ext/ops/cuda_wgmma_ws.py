@@ -87,10 +87,8 @@ stages``, phase ``g // stages % 2``; the producer's first pass over the ring wai
 parity before the barrier's first phase, which is complete at initialisation. Stream-K's
 blocks count their shared steps first, then their whole tiles'.
 
-Measured (``python -m tvm_ext.bench --suite gpu``, cuBLAS / ours): storing from registers,
-0.93-0.99x on the f16 / bf16 8192^3 GEMMs, 0.35-0.40x where the output dominates (attention
-scores, 1024^3); the staged TMA store (H200): attention 0.36x -> 1.00x, 1024^3 0.83x -> 1.04x
-(1.17-1.19x tuned), 8192^3 1.03x -> 1.11x. Its records in ``logs/cuda_sm90.json`` are those
+Measured (``bench --suite gpu``, docs/BENCHMARKS.md): the staged TMA store took attention
+scores from 0.36x to 1.00x cuBLAS (H200). Its records in ``logs/cuda_sm90.json`` are those
 rows' kernels; without a record it ranks below the cp.async template (measured on these only).
 
 **fp8** (``float8_e4m3fn``, ``float8_e5m2``): wgmma reads fp8 operands K-major only, so
