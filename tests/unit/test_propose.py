@@ -168,11 +168,22 @@ def test_the_mma_model_ranks_sliced_k_as_the_h100_sweeps_did():
 
 
 def test_xgb_starts_from_the_proposal():
+    """Beside transferred records too: half of the first plan (then the model's alone)."""
     task = Task(Workload.create("dense", (128, 3072, 768)), CPU)
     tuner = make_tuner("xgb", task.space, seed=0)
     first = tuner.ask(tuner.plan_size)
     assert tuner.n_seeded > 0
     assert first[:tuner.n_seeded] == propose(task.space, tuner.n_seeded)
+    warm, space = make_tuner("xgb", task.space, seed=0), task.space
+    picks = space.random_valid(np.random.default_rng(0), 16)
+    warm.add_transfer([space.features(space.get(i)) for i in picks], range(1, 17), ["o"] * 16)
+    first = warm.ask(warm.plan_size)
+    n_model = round(warm.plan_size * (1 - warm.random_share))
+    assert warm.n_seeded == n_model // 2 and len(set(first)) == warm.plan_size
+    assert first[:warm.n_seeded] == propose(task.space, warm.n_seeded)
+    warm.tell(first, [1e-3] * len(first))
+    warm.ask(warm.plan_size)
+    assert warm.n_seeded == n_model // 2
 
 
 def test_proposer_bench_compares_top_k_with_xgb(tmp_path):

@@ -18,12 +18,9 @@ clock or temperature drift falls on all of them alike. Each tuned record is also
 the tuner measured it (pool build, fresh runner process) and compared with the time in the
 record (the replay check).
 
-Knob sweep (``--suite gpu --only KEY ... --sweep wgmma_ws.cuda --set staged_store=0,1
-block_n=128,256``): instead of those columns, the template's fallback (for each workload's
-op) with each combination of the ``--set`` values, every kernel checked against numpy and
-sampled in turn with cuBLAS; an unknown knob or value is an error before anything is built.
-``--suite cpu --only bmm --sweep batch_matmul.x86 --set xc=1,2`` does the same on the CPU
-suite (the template's full name; sampled in turn with numpy).
+Knob sweep (``--only KEY ... --sweep TEMPLATE --set KNOB=V1,V2 ...``, either suite): the
+template's fallback with each combination of the values instead of those columns, checked and
+sampled in turn with the vendor library; an unknown knob or value is an error before any build.
 
 Tuning cost (``--suite tuning-cost``): for each workload of the GPU suite (on a GPU; else the CPU
 suite), the XGB tuner starts from scratch (a fresh log, no transfer) on the template of the

@@ -488,12 +488,12 @@ def fallback_small_batch(wl, facts, space=None):
     """16-byte loads, 64 threads along K (two warps' shuffles plus one shared exchange) and 4
     columns a block, all rows of M (<= 8) a thread; a short K more columns, up to 32 and 512
     threads a block (blocks of 64 threads reading 1 KB each finished faster than the GPU
-    launched them: 32x1x4096x128 f16, 40.4 us at 4 columns, 7.4 at 32). A B stored [K, N]:
+    launched them: 32x1x4096x128 f16 5.5x faster at 32 columns). A B stored [K, N]:
     columns on threadIdx.x (``coalesce_n``), 32 (else 16) K threads, 16 bytes of K each where
-    at most 1/16 of K is padded (P . V 32x1x128x4096: 0.08x cuBLAS on batch_matmul.cuda, 1.53x;
-    docs/BENCHMARKS.md); a bucket kernel a K step dividing its granule. Divisors, or round
-    sizes padded where none is useful (``tile_of``: N = 4001 had 1 column a block, 0.12x
-    cuBLAS); where that is no valid config of the ``space``, ``padded_small_batch``."""
+    at most 1/16 of K is padded (P . V 32x1x128x4096: 0.08x -> 1.53x cuBLAS); a bucket kernel a
+    K step dividing its granule. Divisors, or round sizes padded where none is useful
+    (``tile_of``: N = 4001 had 1 column a block); where that is no valid config of the
+    ``space``, ``padded_small_batch``."""
     coalesce = _coalesce(wl, wl.N)  # (N > 1: the columns of a block can be more than one)
     symbolic = space is not None and space.facts.get("symbolic")
     granule = space.facts.get("granule_k", 1) if symbolic else 1

@@ -55,8 +55,8 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   (``mapa`` + ``mbarrier.arrive.shared::cluster``, CTA-scope release as CUTLASS's consumer
   release: the cluster-scope release cost 2x on 8192^3). A cluster barrier after the barriers'
   initialisation (``fence.mbarrier_init.release.cluster``) and one before exit (no CTA leaves
-  while the other may still arrive on its barriers). Measured no better on the H100 (8192^3
-  0.93-0.98x of the same config without, attention scores 0.99-1.05x): ``cluster`` = 1 untuned.
+  while the other may still arrive on its barriers). No better on the H100 (8192^3 0.93-0.98x
+  without): ``cluster`` = 1 untuned.
 
 - **Stream-K** (``stream_k`` = w > 0; CUTLASS's data-parallel + stream-K hybrid). A persistent
   grid of one block an SM runs ``ceil(tiles / SMs)`` rounds of tiles, the last one partial:
@@ -78,9 +78,8 @@ CUTLASS's sm90 "warp-specialized persistent" GEMM, written in TensorIR from the 
   assumes the grid's blocks can all be resident at once). A first small kernel zeroes the
   flags (the workspace is TVM's, not kept between calls). Per consumer warpgroup: each
   takes its own 64 rows, slot and flag. Cooperative consumers of one CTA only (not pingpong,
-  not clusters). Measured on the H100: 8192^3 f16 NT 0.6-3% faster (NN 3.5% slower), 1024^3
-  (every tile shared) 2.3x slower (the ncu account at cd47a06). The fallback keeps
-  ``stream_k`` = 0; records choose it.
+  not clusters). On the H100: 8192^3 f16 NT 0.6-3% faster, 1024^3 2.3x slower (cd47a06). The
+  fallback keeps ``stream_k`` = 0; records choose it.
 
 The mbarrier phases come from one running count of K steps per block (``g``): slot ``g %
 stages``, phase ``g // stages % 2``; the producer's first pass over the ring waits on the

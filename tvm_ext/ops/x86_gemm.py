@@ -390,8 +390,8 @@ def vectorize_lanes(sch, loop, lanes: int):
 
 
 #: Fewer flops than this run on the calling thread alone: waking TVM's thread pool costs more
-#: than the work (batch_matmul 32x7x7x7, 22 kflop: 2.7 us in parallel, 0.5 alone, numpy 1.7:
-#: ``python -m tvm_ext.bench.shapes``, 2-core Zen 5). dense 33x65x129 (553 kflop) stays parallel.
+#: than the work (batch_matmul 32x7x7x7, 22 kflop: 2.7 us in parallel, 0.5 alone: ``python -m
+#: tvm_ext.bench.shapes``, Zen 5). dense 33x65x129 (553 kflop) stays parallel.
 SERIAL_FLOPS = 1 << 17
 
 
@@ -999,9 +999,8 @@ DENSE_PACK_X86 = ScheduleTemplate(
 # x K, the weight its A, A its B; ``swapped``): it packs A into panels and broadcasts the
 # weight's rows from where they lie, so a weight much larger than A is read once, never
 # packed; its register tile is written back transposed, vectorised along C's rows. The packed
-# kernel packs the weight at every call (dense 128x3072x768 NT: 83% of the FMA peak that way,
-# 91-93% swapped; GPT-2's LM head 64x50257x768 70% and 86-91%; 2-core Zen 5, ``bench.peak
-# --gemm``). It takes a weight stored [N, K] (NT, TT; a
+# kernel packs the weight at every call (the dense row 83% of the FMA peak, 91-93% swapped:
+# ``bench.peak --gemm``, Zen 5). It takes a weight stored [N, K] (NT, TT; a
 # [K, N] one packs by plain copies), an M of whole vectors and an N at least twice M: tuning
 # both on dense 1024x3072x1024 NN and ViT's 197x3072x768 NT, dense_pack.x86 won. Its knobs
 # are dense_pack.x86's on the view (``Template.view``): tile_y splits N, tile_x splits M.
@@ -1047,7 +1046,7 @@ DENSE_SWAP_X86 = ScheduleTemplate(
 
 # ---- dense_gemv.x86: a matrix-vector product and few rows (M <= 4) against a weight stored
 # [N, K] (layout NT, TOPI's dense). The packed GEMM would pack the whole weight for one use of
-# each element (a second pass over it, the kernel was 0.23x numpy at 1x4096x4096); this kernel
+# each element (a second pass over it: 0.23x numpy at 1x4096x4096); this kernel
 # streams each weight row once: every parallel task owns ``xi`` consecutive rows of the weight
 # (contiguous memory), and each output is a dot product over K in ``kv``-wide vector partial
 # sums (rfactor), ``ku`` vector steps unrolled, added across lanes once at the end. ``rows``

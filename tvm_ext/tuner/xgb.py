@@ -3,7 +3,8 @@
 Each plan: fit a gradient-boosted model on everything measured so far (and on transferred
 records), walk the space with simulated annealing guided by the model, and queue the
 ``plan_size`` best unvisited configs, of which a ``random_share`` are random picks (so a wrong
-model cannot trap the search). Until ``min_data`` results exist, proposals are random.
+model cannot trap the search). The first plan starts from the proposer's configs; until
+``min_data`` results exist, the rest are random.
 
 Features: the space's knob features (resolved split sizes, knob values, ...); with
 ``loop_features`` (a callable index -> vector, e.g. from the scheduled TensorIR, see
@@ -176,18 +177,20 @@ class XGBTuner(PlanningTuner):
     def plan(self) -> List[int]:
         taken: set = set()
         valid_data = sum(1 for y in self.ys if y > 0)
-        if valid_data + len(self.transfer_x) < self.min_data:
-            # Before the model has data: the proposer's best configs (``tvm_ext.propose``),
-            # then a random share, so the first model sees both good and varied configs.
-            seeded = [] if self.n_seeded or not self.seed_with_proposer else propose(
-                self.space, self.plan_size - int(round(self.plan_size * self.random_share)),
-                exclude=self.visited)
+        n_model = int(round(self.plan_size * (1 - self.random_share)))
+        ready = valid_data + len(self.transfer_x) >= self.min_data
+        seeded: List[int] = []
+        if self.seed_with_proposer and not self.n_seeded and not (ready and self.xs):
+            # The first plan: the proposer's best configs, then a random share; half of it
+            # beside a model of other shapes' records only (it missed gemm1's 171 x 6 rows).
+            seeded = propose(self.space, n_model // 2 if ready else n_model,
+                             exclude=self.visited)
             self.n_seeded += len(seeded)
             taken.update(seeded)
+        if not ready:
             return seeded + self.random_valid(self.plan_size - len(seeded), taken)
         self.n_plans += 1
         knob_model = self._fit(*self._training_set(self._knob_fea))
-        n_model = int(round(self.plan_size * (1 - self.random_share)))
         pool = self._anneal(knob_model, n_model * (3 if self.loop_features else 1))
         if self.loop_features and len(self.xs) >= self.min_data:
             full_model = self._fit(*self._training_set(self._full_fea))
@@ -197,7 +200,7 @@ class XGBTuner(PlanningTuner):
             if keep:
                 pred = self._predict(full_model, [f for _, f in keep])
                 pool = [i for _, i in sorted(zip(pred, [i for i, _ in keep]), reverse=True)]
-        plan = pool[:n_model]
+        plan = seeded + [i for i in pool if i not in taken][:n_model - len(seeded)]
         taken.update(plan)
         plan += self.random_valid(self.plan_size - len(plan), taken)
         return plan
