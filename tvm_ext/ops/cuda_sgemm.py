@@ -36,7 +36,7 @@ thread, the way CUTLASS's SGEMM (and the "warptiling" kernels after it) is:
   each pair after a row of FMAs and a ``__syncwarp()`` (above which ptxas does not move shared
   loads). On the H100 it cut the wait stalls, not the times.
 - Not ``cp.async``: a ring of 2 to 4 shared buffers filled by cp.async was slower on every
-  H100 row (8192^3 0.84-0.86x of cuBLAS against 0.92x; commit e2a339d) and was removed.
+  H100 row (8192^3 0.84-0.86x of cuBLAS against 0.92x: e2a339d).
 - ``min_blocks``: ``__launch_bounds__(threads, min_blocks)``, registers capped so that that
   many blocks share an SM (2: 128 registers for 256 threads).
 - ``slice_k``: the block's threads in 2 or 4 groups, each computing the whole block tile over

@@ -851,8 +851,7 @@ def fallback_tiles(wl, facts, pad_m: bool = True):
     row_tiles = -(-wl.M // yi)
     # Two tasks a core; one where a column panel of B outgrows a core's L2 (a deep K): each
     # task packs its panel, so row tiles split into more tasks pack it more times over (dense
-    # 64x64x65536 NN, 8 MB panels on 2 cores: 4 tasks 2.1-2.5 ms, 2 tasks 1.7, numpy 2.1-3.3;
-    # ``bench.shapes``, Zen 5)
+    # 64x64x65536 NN, 8 MB panels on 2 cores: 4 tasks 2.1-2.5 ms, 2 tasks 1.7; ``bench.shapes``)
     l2 = facts.get("l2_bytes", 0)
     deep = l2 and wl.K * xi * DTYPE_BYTES[wl.dtype] > l2
     tasks_wanted = (1 if deep else 2) * facts["num_cores"]
@@ -911,8 +910,8 @@ def _padded_k(space, values):
 
 def _fallback(space, wl, facts, padded, whole):
     """A fallback's values, K padded (``_padded_k``): ``whole`` (its register tile's rows
-    divide M) with non-temporal stores where C outgrows the last-level cache (the space offers
-    them from the cores' L2s up, for the tuner) and the space allows them, else ``padded``
+    divide M) with non-temporal stores where C outgrows the last-level cache (the space: from
+    the cores' L2s up) and the space allows them, else ``padded``
     (the full register tile where it pads M by little, ``fallback_tiles``) with ordinary stores
     (the bmm row on Zen 4: 4 rows with them 8% faster than 6 padded rows, those 2% faster than
     4 without)."""
@@ -1389,9 +1388,8 @@ def _gemv_nn_schedule(sch, cfg, wl, facts):
     jo, jc, jv = sch.split(j, [None, xc, xv])
     ko, ki = sch.split(k, [None, ku])
     # ku rows of the weight at a time across all the task's tiles (xc x xv floats of each
-    # row, contiguous; gemv_nn, 1x3072x768: one tile of 96 columns a task 0.079 ms, 2 to 16
-    # of them 0.048-0.050, the gemv_nn sweep above). The task's sums stay in L1,
-    # each tile's in registers over its ku rows.
+    # row, contiguous; gemv_nn: one tile of 96 columns a task 0.079 ms, 2 to 16 0.048-0.050,
+    # the sweep above). The task's sums stay in L1, each tile's in registers over its ku rows.
     sch.reorder(jo, ko, jc, ki, i, jv)
     jo = sch.fuse(*lead, jo) if lead else jo
     parallel_unless_tiny(sch, jo, wl)

@@ -17,6 +17,7 @@ on normalised throughput).
 from __future__ import annotations
 
 import heapq
+from itertools import zip_longest
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -182,7 +183,7 @@ class XGBTuner(PlanningTuner):
         seeded: List[int] = []
         if self.seed_with_proposer and not self.n_seeded and not (ready and self.xs):
             # The first plan: the proposer's best configs, then a random share; half of it
-            # beside a model of other shapes' records only (it missed gemm1's 171 x 6 rows).
+            # (in turn) beside a model of other shapes' records (which missed gemm1's 171 x 6).
             seeded = propose(self.space, n_model // 2 if ready else n_model,
                              exclude=self.visited)
             self.n_seeded += len(seeded)
@@ -200,7 +201,8 @@ class XGBTuner(PlanningTuner):
             if keep:
                 pred = self._predict(full_model, [f for _, f in keep])
                 pool = [i for _, i in sorted(zip(pred, [i for i, _ in keep]), reverse=True)]
-        plan = seeded + [i for i in pool if i not in taken][:n_model - len(seeded)]
+        picks = [i for i in pool if i not in taken][:n_model - len(seeded)]
+        plan = [i for p in zip_longest(seeded, picks) for i in p if i is not None]
         taken.update(plan)
         plan += self.random_valid(self.plan_size - len(plan), taken)
         return plan
