@@ -169,6 +169,11 @@ class Workload:
                 for name, shape, dtype in self.buffers()]
 
     @property
+    def out_bytes(self) -> int:
+        """Bytes of the matmul's output (``out_dtype``)."""
+        return math.prod(self.out_shape) * DTYPE_BYTES[self.out_dtype]
+
+    @property
     def nbytes(self) -> int:
         """Bytes of A, B and C together: what a device must hold to run the workload."""
         return sum(n for _, n in self.buffer_bytes())

@@ -155,7 +155,6 @@ def main(argv=None) -> int:
     peak = peak_call(args.steps, target)[:2] if args.gemm or args.ladder or args.weights \
         else None
     if args.gemm:  # the bench's large rows under the shipped log, as `--suite cpu` runs them
-        from ..workload import DTYPE_BYTES  # noqa: PLC0415
         from .cpu import run_cpu  # noqa: PLC0415
         large = {k: CPU_SUITE[k] for k in ("bmm", "dense", "chain_mm1", "chain_mm2")}
         # the chain's two GEMMs also as rows of their own (the chain row adds its exp kernel)
@@ -180,7 +179,7 @@ def main(argv=None) -> int:
             wl = CPU_SUITE[key]
             ms = store_floor(wl, target=target)
             fma_ms = wl.flop / (best * 1e9) * 1e3
-            mb = wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] / 1e6
+            mb = wl.out_bytes / 1e6
             print(f"{key}: writing its {mb:.1f} MB output takes "
                   f"{ms:.3f} ms, its FMAs at the peak {fma_ms:.3f} ms: at most "
                   f"{min(1.0, fma_ms / ms):.1%} of the peak")

@@ -911,13 +911,11 @@ def _padded_k(space, values):
 def _fallback(space, wl, facts, padded, whole):
     """A fallback's values, K padded (``_padded_k``): ``whole`` (its register tile's rows
     divide M) with non-temporal stores where C outgrows the last-level cache (the space: from
-    the cores' L2s up) and the space allows them, else ``padded``
-    (the full register tile where it pads M by little, ``fallback_tiles``) with ordinary stores
-    (the bmm row on Zen 4: 4 rows with them 8% faster than 6 padded rows, those 2% faster than
-    4 without)."""
+    the L2s up) and the space allows them, else ``padded`` (the full register tile where it
+    pads M by little, ``fallback_tiles``) with ordinary stores (the bmm row on Zen 4: 4 rows
+    with them 8% faster than 6 padded rows, those 2% faster than 4 without)."""
     streamed = _if_allowed(space, _padded_k(space, {**whole, "nt_store": 0}), {"nt_store": 1})
-    if streamed["nt_store"] and \
-            wl.batch * wl.M * wl.N * DTYPE_BYTES[wl.out_dtype] > facts["l3_bytes"]:
+    if streamed["nt_store"] and wl.out_bytes > facts["l3_bytes"]:
         return streamed
     return _padded_k(space, {**padded, "nt_store": 0})
 
@@ -940,7 +938,7 @@ def _bmm_values(wl, facts, t):
     # the cores, the panels split evenly and enough parallel tasks are left.
     panels, xc = -(-wl.N // t["xi"]), 1
     nbytes = DTYPE_BYTES[wl.out_dtype]
-    streamed = wl.batch * wl.M * wl.N * nbytes > facts.get("l2_bytes", 0) * facts["num_cores"]
+    streamed = wl.out_bytes > facts.get("l2_bytes", 0) * facts["num_cores"]
     while (streamed and xc * t["xi"] * nbytes < C_RUN_BYTES and panels % (2 * xc) == 0
            and wl.batch * panels // (2 * xc) * t["yt"] >= 2 * facts["num_cores"]):
         xc *= 2
